@@ -1,0 +1,295 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Engine is the database engine a Database runs.
+// +kubebuilder:validation:Enum=postgres;mysql
+type Engine string
+
+// Supported engines.
+const (
+	EnginePostgres Engine = "postgres"
+	EngineMySQL    Engine = "mysql"
+)
+
+// DeletionPolicy says what happens to the member objects when a Database is deleted.
+// +kubebuilder:validation:Enum=Delete;Retain;Orphan
+type DeletionPolicy string
+
+// Deletion policies (SPEC 4.5).
+const (
+	// DeletionPolicyDelete removes every member object, PersistentVolumeClaims included.
+	DeletionPolicyDelete DeletionPolicy = "Delete"
+	// DeletionPolicyRetain removes the workload but keeps PersistentVolumeClaims and the credentials Secret.
+	DeletionPolicyRetain DeletionPolicy = "Retain"
+	// DeletionPolicyOrphan leaves every member object in place and strips fleetdb's labels.
+	DeletionPolicyOrphan DeletionPolicy = "Orphan"
+)
+
+// DatabaseSpec is the desired state of a Database across the fleet.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.overrides) || self.overrides.all(o, o.clusterNames.all(n, self.overrides.exists_one(p, n in p.clusterNames)))",message="spec.overrides: a cluster name may appear in only one override"
+type DatabaseSpec struct {
+	// Engine is the database engine. It cannot be changed after creation.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.engine is immutable"
+	Engine Engine `json:"engine"`
+
+	// Version is the engine version, such as "17" or "8.4". When empty the hub
+	// uses the engine's default (postgres 17, mysql 8.4).
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+){0,2}$`
+	Version string `json:"version,omitempty"`
+
+	// Replicas is the number of database instances in each member cluster.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=9
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// Storage is the persistent volume each instance gets.
+	// +required
+	Storage StorageSpec `json:"storage"`
+
+	// Resources are the compute requests and limits of each instance.
+	// +optional
+	Resources *ResourceSpec `json:"resources,omitempty"`
+
+	// Placement chooses the member clusters.
+	// +required
+	Placement PlacementSpec `json:"placement"`
+
+	// Overrides change settings for some member clusters.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Overrides []OverrideSpec `json:"overrides,omitempty"`
+
+	// Rollout controls how a spec change reaches the members.
+	// +optional
+	// +kubebuilder:default={}
+	Rollout RolloutSpec `json:"rollout,omitempty"`
+
+	// DeletionPolicy says what happens to member objects when the Database is deleted.
+	// +optional
+	// +kubebuilder:default=Delete
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+
+	// Teardown tunes deletion.
+	// +optional
+	// +kubebuilder:default={}
+	Teardown TeardownSpec `json:"teardown,omitempty"`
+}
+
+// StorageSpec is the persistent storage of each instance.
+type StorageSpec struct {
+	// Size of each instance's volume; must be greater than zero.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="spec.storage.size must be greater than 0"
+	Size resource.Quantity `json:"size"`
+
+	// StorageClassName of the volume claims; the member's default class when empty.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	StorageClassName string `json:"storageClassName,omitempty"`
+}
+
+// ResourceSpec holds the compute requests and limits of an instance.
+type ResourceSpec struct {
+	// Requests are the minimum resources of each instance.
+	// +optional
+	Requests corev1.ResourceList `json:"requests,omitempty"`
+	// Limits are the maximum resources of each instance.
+	// +optional
+	Limits corev1.ResourceList `json:"limits,omitempty"`
+}
+
+// PlacementSpec chooses member clusters: the union of ClusterNames and the
+// clusters matching ClusterSelector, capped by MaxClusters.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.clusterNames) && size(self.clusterNames) > 0) || has(self.clusterSelector)",message="spec.placement needs at least one of clusterNames or clusterSelector"
+type PlacementSpec struct {
+	// ClusterNames are MemberCluster names to place on.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	ClusterNames []string `json:"clusterNames,omitempty"`
+
+	// ClusterSelector selects MemberClusters by label.
+	// +optional
+	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
+
+	// MaxClusters caps the number of chosen clusters. The choice is
+	// deterministic: named clusters first, then the rest by name.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MaxClusters *int32 `json:"maxClusters,omitempty"`
+}
+
+// OverrideSpec changes settings for the named member clusters.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.replicas) || has(self.resources) || has(self.storageClassName)",message="an override must change at least one of replicas, resources or storageClassName"
+type OverrideSpec struct {
+	// ClusterNames are the member clusters this override applies to.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	ClusterNames []string `json:"clusterNames"`
+
+	// Replicas replaces spec.replicas in these clusters.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=9
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Resources replaces spec.resources in these clusters.
+	// +optional
+	Resources *ResourceSpec `json:"resources,omitempty"`
+
+	// StorageClassName replaces spec.storage.storageClassName in these clusters.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// RolloutSpec controls how a spec change reaches the members.
+type RolloutSpec struct {
+	// MaxUnavailable is how many member clusters are changed at once.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	MaxUnavailable int32 `json:"maxUnavailable,omitempty"`
+}
+
+// TeardownSpec tunes deletion.
+type TeardownSpec struct {
+	// UnreachableTimeout is how long an unreachable member may block deletion
+	// before the hub lets the Database go and cleans that member when it
+	// comes back.
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('168h')",message="spec.teardown.unreachableTimeout must be between 0s and 168h"
+	UnreachableTimeout metav1.Duration `json:"unreachableTimeout,omitempty"`
+}
+
+// Phase is the summary phase of a Database.
+// +kubebuilder:validation:Enum=Pending;Provisioning;Ready;Degraded;Deleting;Failed
+type Phase string
+
+// ClusterPhase is the phase of a Database in one member cluster.
+// +kubebuilder:validation:Enum=Pending;Provisioning;Ready;Degraded;Unreachable;Conflict;Deleting
+type ClusterPhase string
+
+// DatabaseStatus is the observed state of a Database, folded from what the members report.
+type DatabaseStatus struct {
+	// ObservedGeneration is the generation the last successful pass acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase summarises the conditions.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// ReadyClusters counts placed members that run the current generation with all replicas ready.
+	// +optional
+	ReadyClusters int32 `json:"readyClusters"`
+
+	// TargetClusters counts the placed members.
+	// +optional
+	TargetClusters int32 `json:"targetClusters"`
+
+	// ReadySummary is "ready/target" for the printer column.
+	// +optional
+	ReadySummary string `json:"readySummary,omitempty"`
+
+	// Conditions: Ready, Placed, Progressing, Degraded, Stalled, Deleting.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Clusters has one entry per placed (or still being torn down) member.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=512
+	Clusters []ClusterStatus `json:"clusters,omitempty"`
+}
+
+// ClusterStatus is what one member reports for a Database.
+type ClusterStatus struct {
+	// Name of the MemberCluster.
+	Name string `json:"name"`
+	// Phase of the Database in this member.
+	Phase ClusterPhase `json:"phase"`
+	// Replicas the member's StatefulSet wants.
+	// +optional
+	Replicas int32 `json:"replicas"`
+	// ReadyReplicas the member's StatefulSet reports.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas"`
+	// Version of the engine running there.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// ObservedGeneration is the hub generation this member runs.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Endpoint is the in-cluster address of the client Service.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// LastSyncTime is when the hub last synced this member successfully.
+	// +optional
+	LastSyncTime *metav1.Time `json:"lastSyncTime,omitempty"`
+	// Message explains a phase other than Ready; bounded in length.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Message string `json:"message,omitempty"`
+}
+
+// Database is a database that fleetdb runs on a set of member clusters.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=fdb;fdbs,categories=fleetdb
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 40",message="metadata.name must be a DNS-1035 label of at most 40 characters (it names Services and StatefulSets in the members)"
+// +kubebuilder:printcolumn:name="Engine",type=string,JSONPath=`.spec.engine`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.readySummary`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Database struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec   DatabaseSpec   `json:"spec"`
+	Status DatabaseStatus `json:"status,omitempty"`
+}
+
+// DatabaseList is a list of Databases.
+//
+// +kubebuilder:object:root=true
+type DatabaseList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Database `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Database{}, &DatabaseList{})
+}

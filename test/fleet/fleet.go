@@ -1,0 +1,226 @@
+// Package fleet starts real control planes for tests: one hub and N member
+// kube-apiservers (each with its own etcd) in the test process, through
+// controller-runtime's envtest, with fleetdb's CRDs installed on the hub.
+//
+// The binaries come from KUBEBUILDER_ASSETS, or, when that is unset, from the
+// pinned toolchain that hack/toolchain.sh builds (and caches) on first use.
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+)
+
+// Scheme knows the built-in types and fleetdb's API.
+var Scheme = newScheme()
+
+func newScheme() *k8sruntime.Scheme {
+	s := k8sruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := fleetv1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// ControlPlane is one running kube-apiserver with etcd.
+type ControlPlane struct {
+	// Name is "hub" or the member's name.
+	Name string
+	// Config is an admin REST config.
+	Config *rest.Config
+	// Client is an uncached admin client with Scheme.
+	Client client.Client
+	// Kubeconfig is an admin kubeconfig for Config.
+	Kubeconfig []byte
+
+	env *envtest.Environment
+}
+
+// Stop stops the control plane; it is safe to call more than once.
+func (c *ControlPlane) Stop() error {
+	if c.env == nil {
+		return nil
+	}
+	env := c.env
+	c.env = nil
+	return env.Stop()
+}
+
+// Fleet is a hub and its members.
+type Fleet struct {
+	Hub     *ControlPlane
+	Members []*ControlPlane
+}
+
+// Member returns the member with the given name, or nil.
+func (f *Fleet) Member(name string) *ControlPlane {
+	for _, m := range f.Members {
+		if m.Name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// Stop stops every control plane of the fleet.
+func (f *Fleet) Stop() error {
+	var errs []error
+	for _, m := range append([]*ControlPlane{f.Hub}, f.Members...) {
+		if m != nil {
+			errs = append(errs, m.Stop())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Options tune Start.
+type Options struct {
+	// Members are the member names; default member-1..member-3.
+	Members []string
+	// AssetsDir holds kube-apiserver, etcd and kubectl; default from
+	// KUBEBUILDER_ASSETS or the pinned toolchain.
+	AssetsDir string
+}
+
+// Start starts a hub (with fleetdb's CRDs) and the members in parallel, and
+// registers t.Cleanup to stop them all, also when the test fails.
+func Start(t testing.TB, opts Options) *Fleet {
+	t.Helper()
+	if len(opts.Members) == 0 {
+		opts.Members = []string{"member-1", "member-2", "member-3"}
+	}
+	assets := opts.AssetsDir
+	if assets == "" {
+		var err error
+		if assets, err = AssetsDir(); err != nil {
+			t.Fatalf("fleet: %v", err)
+		}
+	}
+	f := &Fleet{Members: make([]*ControlPlane, len(opts.Members))}
+	t.Cleanup(func() {
+		if err := f.Stop(); err != nil {
+			t.Logf("fleet: stopping control planes: %v", err)
+		}
+	})
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	start := func(name string, crds bool, put func(*ControlPlane)) {
+		defer wg.Done()
+		cp, err := StartControlPlane(name, assets, crds)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if cp != nil {
+			put(cp)
+		}
+	}
+	wg.Add(1 + len(opts.Members))
+	go start("hub", true, func(cp *ControlPlane) { f.Hub = cp })
+	for i, name := range opts.Members {
+		go start(name, false, func(cp *ControlPlane) { f.Members[i] = cp })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("fleet: %v", err)
+	}
+	return f
+}
+
+// StartControlPlane starts one kube-apiserver with etcd; with crds it installs fleetdb's CRDs.
+func StartControlPlane(name, assets string, crds bool) (*ControlPlane, error) {
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		Scheme:                Scheme,
+		ErrorIfCRDPathMissing: true,
+	}
+	if crds {
+		env.CRDDirectoryPaths = []string{filepath.Join(RepoRoot(), "deploy", "crds")}
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		_ = env.Stop()
+		return nil, fmt.Errorf("starting control plane %s: %w", name, err)
+	}
+	// A fleet hub talks to many members; client-go's default of 5 QPS is far too low for tests too.
+	cfg.QPS, cfg.Burst = 200, 400
+	cp := &ControlPlane{Name: name, Config: cfg, env: env}
+	if cp.Client, err = client.New(cfg, client.Options{Scheme: Scheme}); err != nil {
+		_ = env.Stop()
+		return nil, fmt.Errorf("client for %s: %w", name, err)
+	}
+	user, err := env.ControlPlane.AddUser(envtest.User{Name: "fleetdb-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		_ = env.Stop()
+		return nil, fmt.Errorf("admin user for %s: %w", name, err)
+	}
+	if cp.Kubeconfig, err = user.KubeConfig(); err != nil {
+		_ = env.Stop()
+		return nil, fmt.Errorf("kubeconfig for %s: %w", name, err)
+	}
+	return cp, nil
+}
+
+// Context returns a context that ends with the test.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var (
+	assetsOnce sync.Once
+	assetsDir  string
+	assetsErr  error
+)
+
+// AssetsDir returns the folder with the control-plane binaries: KUBEBUILDER_ASSETS
+// when set, else the output of hack/toolchain.sh (which builds them on first use).
+func AssetsDir() (string, error) {
+	assetsOnce.Do(func() {
+		if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+			assetsDir = dir
+			return
+		}
+		cmd := exec.Command(filepath.Join(RepoRoot(), "hack", "toolchain.sh"))
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			assetsErr = fmt.Errorf("building the control-plane toolchain: %w: %s", err, stderr.String())
+			return
+		}
+		assetsDir = strings.TrimSpace(string(out))
+	})
+	return assetsDir, assetsErr
+}
+
+// RepoRoot is the root of the fleetdb module.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
