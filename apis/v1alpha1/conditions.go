@@ -25,6 +25,14 @@ const (
 	AnnotationGeneration = "fleetdb.io/generation"
 	// AnnotationTraceparent records the W3C traceparent of the change that last wrote a member object.
 	AnnotationTraceparent = "fleetdb.io/traceparent"
+	// AnnotationConfigHash is set on a member StatefulSet's pod template to a hash
+	// of the rendered engine configuration, so that a configuration change rolls
+	// the pods (and nothing else does).
+	AnnotationConfigHash = "fleetdb.io/config-hash"
+
+	// AnnotationDeletionPolicy records the Database's deletionPolicy on member
+	// objects, so leftovers collected after the hub object is gone honour it.
+	AnnotationDeletionPolicy = "fleetdb.io/deletion-policy"
 
 	// FieldManager is the server-side apply field manager of every fleetdb write.
 	FieldManager = "fleetdb"
@@ -85,6 +93,9 @@ const (
 
 	// ReasonJoined: the hub built a client for the member.
 	ReasonJoined = "Joined"
+	// ReasonConnecting: the hub is connecting to the member for the first time
+	// with its current kubeconfig; Joined and Ready are Unknown meanwhile.
+	ReasonConnecting = "Connecting"
 	// ReasonProbeSucceeded: the member's /readyz answered ok.
 	ReasonProbeSucceeded = "ProbeSucceeded"
 	// ReasonSecretNotFound: the kubeconfig Secret or its key is missing.

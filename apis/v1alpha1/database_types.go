@@ -68,7 +68,7 @@ type DatabaseSpec struct {
 	// Overrides change settings for some member clusters.
 	// +optional
 	// +listType=atomic
-	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:MaxItems=16
 	Overrides []OverrideSpec `json:"overrides,omitempty"`
 
 	// Rollout controls how a spec change reaches the members.
@@ -115,6 +115,7 @@ type ResourceSpec struct {
 // clusters matching ClusterSelector, capped by MaxClusters.
 //
 // +kubebuilder:validation:XValidation:rule="(has(self.clusterNames) && size(self.clusterNames) > 0) || has(self.clusterSelector)",message="spec.placement needs at least one of clusterNames or clusterSelector"
+// +kubebuilder:validation:XValidation:rule="!has(self.clusterSelector) || !has(self.clusterSelector.matchExpressions) || self.clusterSelector.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'] && ((e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0)))",message="clusterSelector.matchExpressions: operator must be In, NotIn (both with values), Exists or DoesNotExist (without values)",fieldPath=".clusterSelector.matchExpressions"
 type PlacementSpec struct {
 	// ClusterNames are MemberCluster names to place on.
 	// +optional
@@ -143,7 +144,7 @@ type OverrideSpec struct {
 	// +required
 	// +listType=set
 	// +kubebuilder:validation:MinItems=1
-	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=63
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	ClusterNames []string `json:"clusterNames"`
@@ -288,8 +289,4 @@ type DatabaseList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Database `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&Database{}, &DatabaseList{})
 }

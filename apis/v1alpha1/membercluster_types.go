@@ -81,7 +81,3 @@ type MemberClusterList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []MemberCluster `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&MemberCluster{}, &MemberClusterList{})
-}

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -206,7 +207,10 @@ func AssetsDir() (string, error) {
 			assetsDir = dir
 			return
 		}
-		cmd := exec.Command(filepath.Join(RepoRoot(), "hack", "toolchain.sh"))
+		// The first build takes ~15 minutes on 2 cores; later calls return at once.
+		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, filepath.Join(RepoRoot(), "hack", "toolchain.sh"))
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
