@@ -1,0 +1,65 @@
+// Command fleetdb-hub runs fleetdb's hub controllers against a hub cluster.
+package main
+
+import (
+	"flag"
+	"os"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub"
+)
+
+func main() {
+	var (
+		cfg     hub.Config
+		devLogs bool
+	)
+	flag.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables)")
+	flag.StringVar(&cfg.HealthAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints (0 disables)")
+	flag.BoolVar(&cfg.LeaderElection, "leader-elect", false, "elect a leader so that only one hub replica acts")
+	flag.StringVar(&cfg.Options.HubNamespace, "hub-namespace", hub.DefaultHubNamespace, "the hub's own namespace (protected; leader election lease)")
+	flag.IntVar(&cfg.Options.DatabaseWorkers, "database-workers", hub.DefaultDatabaseWorkers, "concurrent Database reconciles")
+	flag.IntVar(&cfg.Options.MemberWorkers, "member-workers", hub.DefaultMemberWorkers, "concurrent member syncs")
+	flag.DurationVar(&cfg.Options.MemberCallTimeout, "member-call-timeout", hub.DefaultMemberCallTimeout, "deadline of one member sync")
+	flag.StringVar(&cfg.Options.ImageRepository, "image-repository", "", "repository prefix for engine images (air-gapped fleets), e.g. registry.local/library")
+	flag.DurationVar(&cfg.Registry.ProbeInterval, "probe-interval", clusters.DefaultProbeInterval, "how often members are probed")
+	flag.DurationVar(&cfg.Registry.FailureGracePeriod, "probe-grace-period", clusters.DefaultFailureGracePeriod, "how long a member may fail probes before it is not Ready")
+	flag.DurationVar(&cfg.Registry.ConnectTimeout, "connect-timeout", clusters.DefaultConnectTimeout, "deadline of connecting to a member (cache sync included)")
+	var qps float64
+	flag.Float64Var(&qps, "member-qps", clusters.DefaultQPS, "client QPS per member")
+	flag.IntVar(&cfg.Registry.Burst, "member-burst", clusters.DefaultBurst, "client burst per member")
+	flag.BoolVar(&devLogs, "dev-logs", false, "human-readable logs instead of JSON")
+	flag.Parse()
+	cfg.Registry.QPS = float32(qps)
+
+	ctrl.SetLogger(zap.New(zap.UseDevMode(devLogs), zap.Level(zapcore.InfoLevel), zap.StacktraceLevel(zapcore.PanicLevel),
+		zap.RawZapOpts()))
+	log := ctrl.Log.WithName("fleetdb-hub")
+
+	restCfg, err := ctrl.GetConfig()
+	if err != nil {
+		log.Error(err, "no hub kubeconfig")
+		os.Exit(1)
+	}
+	cfg.Hub = restCfg
+	ctx := ctrl.SetupSignalHandler()
+	mgr, _, err := hub.NewManager(ctx, cfg)
+	if err != nil {
+		log.Error(err, "setting up the hub")
+		os.Exit(1)
+	}
+	_ = mgr.GetLocalManager().AddHealthzCheck("ping", healthz.Ping)
+	_ = mgr.GetLocalManager().AddReadyzCheck("ping", healthz.Ping)
+	start := time.Now()
+	log.Info("starting fleetdb hub", "hubNamespace", cfg.Options.HubNamespace)
+	if err := mgr.Start(ctx); err != nil {
+		log.Error(err, "hub stopped with an error", "uptime", time.Since(start).String())
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,91 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/clusters"
+)
+
+// NewScheme returns the scheme of the hub and its members.
+func NewScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := fleetv1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Config is everything needed to run a hub.
+type Config struct {
+	// Hub is the hub cluster's rest config.
+	Hub *rest.Config
+	// Options tune the controllers.
+	Options Options
+	// Registry tunes the cluster registry; Scheme and ClusterOptions are set by NewManager.
+	Registry clusters.Options
+	// MetricsAddr and HealthAddr are the listen addresses ("0" disables).
+	MetricsAddr, HealthAddr string
+	// LeaderElection turns on leader election in the hub namespace.
+	LeaderElection bool
+}
+
+// NewManager builds a multicluster manager with the registry provider and
+// fleetdb's controllers; the caller runs mgr.Start.
+func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.Provider, error) {
+	scheme, err := NewScheme()
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := cfg.Options.withDefaults()
+	reg := cfg.Registry
+	reg.Scheme = scheme
+	reg.ClusterOptions = append(MemberClusterOptions(), reg.ClusterOptions...)
+	provider := clusters.New(reg)
+
+	hubCfg := rest.CopyConfig(cfg.Hub)
+	if hubCfg.QPS == 0 {
+		hubCfg.QPS, hubCfg.Burst = 100, 200
+	}
+	if hubCfg.Timeout == 0 {
+		hubCfg.Timeout = 30 * time.Second
+	}
+	mgr, err := mcmanager.New(hubCfg, provider, manager.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: orDisabled(cfg.MetricsAddr)},
+		HealthProbeBindAddress:        orDisabled(cfg.HealthAddr),
+		LeaderElection:                cfg.LeaderElection,
+		LeaderElectionID:              "fleetdb-hub.fleetdb.io",
+		LeaderElectionNamespace:       opts.HubNamespace,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if err := provider.SetupWithManager(ctx, mgr); err != nil {
+		return nil, nil, fmt.Errorf("setting up the cluster registry: %w", err)
+	}
+	if err := Setup(ctx, mgr, provider, opts); err != nil {
+		return nil, nil, err
+	}
+	return mgr, provider, nil
+}
+
+func orDisabled(addr string) string {
+	if addr == "" {
+		return "0"
+	}
+	return addr
+}

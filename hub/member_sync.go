@@ -1,0 +1,180 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/member"
+)
+
+// memberSyncReconciler brings one Database to one member: a request carries
+// the member's name and the hub Database's key. It acts on the plan the
+// Database controller published, records what it observed in memory and
+// wakes the Database controller when that changed.
+type memberSyncReconciler struct {
+	mgr      mcmanager.Manager
+	hub      client.Client
+	provider *clusters.Provider
+	state    *state
+	memo     *member.Memo
+	opts     Options
+	recorder events.EventRecorder
+	// databases enqueues hub Database requests.
+	databases *queueRef
+}
+
+// Reconcile syncs one Database in one member, bounded by the member call timeout.
+func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
+	cluster, key := string(req.ClusterName), req.NamespacedName
+	if cluster == "" {
+		return ctrl.Result{}, nil
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("cluster", cluster, "database", key.String())
+	ctx = ctrl.LoggerInto(ctx, log)
+	p := r.state.plan(key)
+	if p == nil {
+		// The Database controller has not planned this Database yet; it
+		// enqueues every member it places once it has.
+		return ctrl.Result{}, nil
+	}
+	role := p.role(cluster)
+	if role == roleNone {
+		return ctrl.Result{}, nil
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, r.opts.MemberCallTimeout)
+	defer cancel()
+
+	if h := r.provider.Health(cluster); !h.Engaged || !h.Ready {
+		// An unreachable member is a condition, not an error storm: the
+		// registry wakes us when it comes back.
+		r.record(key, cluster, &memberResult{
+			Status:      fleetv1alpha1.ClusterStatus{Name: cluster, Phase: fleetv1alpha1.ClusterPhaseUnreachable, Message: truncate(h.Message)},
+			Unreachable: true,
+		})
+		return ctrl.Result{}, nil
+	}
+	cl, err := r.mgr.GetCluster(ctx, multicluster.ClusterName(cluster))
+	if err != nil {
+		r.record(key, cluster, &memberResult{
+			Status:      fleetv1alpha1.ClusterStatus{Name: cluster, Phase: fleetv1alpha1.ClusterPhaseUnreachable, Message: "member not connected"},
+			Unreachable: true,
+		})
+		return ctrl.Result{}, nil
+	}
+	c := cl.GetClient()
+
+	if role == roleTeardown {
+		done, err := member.Teardown(ctx, c, key.Namespace, key.Name, p.policy)
+		if err != nil {
+			r.record(key, cluster, &memberResult{Status: deletingStatus(cluster, "teardown failed, retrying: "+err.Error())})
+			return ctrl.Result{}, err
+		}
+		if !done {
+			r.record(key, cluster, &memberResult{Status: deletingStatus(cluster, "waiting for objects to be removed")})
+			return ctrl.Result{RequeueAfter: teardownPoll}, nil
+		}
+		r.memo.ForgetDatabase(cluster, key.Namespace, key.Name)
+		r.record(key, cluster, &memberResult{Status: deletingStatus(cluster, "removed"), TornDown: true})
+		return ctrl.Result{}, nil
+	}
+
+	db := &fleetv1alpha1.Database{}
+	if err := r.hub.Get(ctx, key, db); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("reading database: %w", err)
+	}
+	if db.UID != p.uid || !db.DeletionTimestamp.IsZero() {
+		// The plan is stale; the Database controller is about to replace it.
+		return ctrl.Result{}, nil
+	}
+
+	if role == roleApply && db.Generation == p.generation {
+		if err := r.apply(ctx, cl.GetAPIReader(), c, cluster, db); err != nil {
+			var conflict *member.ConflictError
+			if errors.As(err, &conflict) {
+				// Terminal until something changes: the member's objects (watched) or the Database.
+				r.record(key, cluster, &memberResult{Status: fleetv1alpha1.ClusterStatus{
+					Name: cluster, Phase: fleetv1alpha1.ClusterPhaseConflict, Message: truncate(conflict.Error()),
+				}, HasWorkload: true})
+				return ctrl.Result{}, nil
+			}
+			r.recordFailure(key, cluster, err)
+			return ctrl.Result{}, err
+		}
+	}
+
+	st, err := member.Observe(ctx, c, db, cluster)
+	if err != nil {
+		r.recordFailure(key, cluster, err)
+		return ctrl.Result{}, err
+	}
+	r.record(key, cluster, &memberResult{Status: st, HasWorkload: st.Phase != fleetv1alpha1.ClusterPhasePending})
+	return ctrl.Result{}, nil
+}
+
+func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c client.Client, cluster string, db *fleetv1alpha1.Database) error {
+	var creds corev1.Secret
+	if err := r.hub.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: credentialsName(db)}, &creds); err != nil {
+		return fmt.Errorf("reading credentials: %w", err)
+	}
+	objs, err := member.Render(member.Params{
+		Database:        db,
+		Cluster:         cluster,
+		Credentials:     creds.Data,
+		ImageRepository: r.opts.ImageRepository,
+	})
+	if err != nil {
+		return fmt.Errorf("rendering: %w", err)
+	}
+	res, err := member.Apply(ctx, cluster, c, live, objs, r.memo)
+	if err != nil {
+		return err
+	}
+	if len(res.Restored) > 0 {
+		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "DriftCorrected", "Sync",
+			"member %s: put back objects that were changed or removed there: %v", cluster, res.Restored)
+		ctrl.LoggerFrom(ctx).Info("restored drifted member objects", "objects", res.Restored)
+	}
+	return nil
+}
+
+// recordFailure keeps the last observation but marks the member degraded with why.
+func (r *memberSyncReconciler) recordFailure(key types.NamespacedName, cluster string, err error) {
+	prev := r.state.resultsFor(key)[cluster]
+	res := &memberResult{Status: fleetv1alpha1.ClusterStatus{Name: cluster}}
+	if prev != nil {
+		res.Status, res.HasWorkload = prev.Status, prev.HasWorkload
+	}
+	res.Status.Phase = fleetv1alpha1.ClusterPhaseDegraded
+	res.Status.Message = truncate(err.Error())
+	r.record(key, cluster, res)
+}
+
+// record stores a result and wakes the Database controller when it changed.
+func (r *memberSyncReconciler) record(key types.NamespacedName, cluster string, res *memberResult) {
+	res.At = time.Now()
+	if r.state.record(key, cluster, res) {
+		r.databases.addAfter("", key, statusCoalesceDelay)
+	}
+}
+
+func deletingStatus(cluster, msg string) fleetv1alpha1.ClusterStatus {
+	return fleetv1alpha1.ClusterStatus{Name: cluster, Phase: fleetv1alpha1.ClusterPhaseDeleting, Message: truncate(msg)}
+}

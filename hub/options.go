@@ -1,0 +1,59 @@
+package hub
+
+import (
+	"slices"
+	"time"
+)
+
+// Defaults of Options.
+const (
+	// DefaultMemberCallTimeout bounds one member sync (all its API calls).
+	DefaultMemberCallTimeout = 15 * time.Second
+	// DefaultDatabaseWorkers is the Database controller's concurrency.
+	DefaultDatabaseWorkers = 4
+	// DefaultMemberWorkers is the member sync controller's concurrency. Member
+	// syncs are bounded by DefaultMemberCallTimeout, so a dead member holds a
+	// worker for at most that long, and only when its probe still says Ready.
+	DefaultMemberWorkers = 16
+	// DefaultHubNamespace is where the hub runs.
+	DefaultHubNamespace = "fleetdb-system"
+	// statusCoalesceDelay lets a burst of member results fold into one status write.
+	statusCoalesceDelay = 50 * time.Millisecond
+	// teardownPoll is how often a teardown that waits for objects to go is retried.
+	teardownPoll = 2 * time.Second
+)
+
+// alwaysProtected are namespaces fleetdb never manages Databases in.
+var alwaysProtected = []string{"kube-system", "kube-public", "kube-node-lease"}
+
+// Options configure the hub controllers. Zero values take the defaults.
+type Options struct {
+	// HubNamespace is the hub's own namespace; Databases there are refused.
+	HubNamespace string
+	// MemberCallTimeout bounds one member sync.
+	MemberCallTimeout time.Duration
+	// DatabaseWorkers and MemberWorkers are the controllers' concurrency.
+	DatabaseWorkers, MemberWorkers int
+	// ImageRepository overrides the engines' image repository (air-gapped fleets).
+	ImageRepository string
+}
+
+func (o Options) withDefaults() Options {
+	if o.HubNamespace == "" {
+		o.HubNamespace = DefaultHubNamespace
+	}
+	if o.MemberCallTimeout <= 0 {
+		o.MemberCallTimeout = DefaultMemberCallTimeout
+	}
+	if o.DatabaseWorkers <= 0 {
+		o.DatabaseWorkers = DefaultDatabaseWorkers
+	}
+	if o.MemberWorkers <= 0 {
+		o.MemberWorkers = DefaultMemberWorkers
+	}
+	return o
+}
+
+func (o Options) protected(namespace string) bool {
+	return namespace == o.HubNamespace || slices.Contains(alwaysProtected, namespace)
+}

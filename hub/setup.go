@@ -1,0 +1,156 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
+	mchandler "sigs.k8s.io/multicluster-runtime/pkg/handler"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/member"
+)
+
+// MemberClusterOptions restrict every member cache to the objects fleetdb
+// manages, so the hub never caches a member's other Secrets or workloads.
+// Pass them as clusters.Options.ClusterOptions.
+func MemberClusterOptions() []cluster.Option {
+	return []cluster.Option{func(o *cluster.Options) {
+		o.Cache.DefaultLabelSelector = labels.SelectorFromSet(labels.Set{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue})
+	}}
+}
+
+// memberKinds are the member objects whose changes trigger a member sync
+// (drift is put back, readiness is reported).
+func memberKinds() []client.Object {
+	return []client.Object{
+		&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.ConfigMap{}, &corev1.Secret{}, &policyv1.PodDisruptionBudget{},
+	}
+}
+
+// Setup registers the Database controller, the member sync controller and
+// the registry subscription with the manager.
+func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provider, opts Options) error {
+	opts = opts.withDefaults()
+	local := mgr.GetLocalManager()
+	st := newState()
+	dbQueue, memberQueue := newQueueRef(), newQueueRef()
+	recorder := local.GetEventRecorder("fleetdb-hub")
+
+	dbr := &databaseReconciler{
+		hub: local.GetClient(), live: local.GetAPIReader(), provider: provider, state: st,
+		opts: opts, recorder: recorder, members: memberQueue, now: time.Now,
+	}
+	hubOnly := []mcbuilder.ForOption{mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)}
+	err := mcbuilder.ControllerManagedBy(mgr).
+		Named("database").
+		For(&fleetv1alpha1.Database{}, hubOnly...).
+		Watches(&fleetv1alpha1.MemberCluster{},
+			mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](allDatabases(local.GetClient())),
+			mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)).
+		WatchesRawSource(captureQueue(dbQueue)).
+		WithOptions(controller.TypedOptions[mcreconcile.Request]{MaxConcurrentReconciles: opts.DatabaseWorkers}).
+		Complete(dbr)
+	if err != nil {
+		return fmt.Errorf("database controller: %w", err)
+	}
+
+	msr := &memberSyncReconciler{
+		mgr: mgr, hub: local.GetClient(), provider: provider, state: st, memo: member.NewMemo(),
+		opts: opts, recorder: recorder, databases: dbQueue,
+	}
+	b := mcbuilder.ControllerManagedBy(mgr).Named("member-sync")
+	for _, obj := range memberKinds() {
+		b = b.Watches(obj,
+			mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](databaseOfMemberObject),
+			mcbuilder.WithEngageWithLocalCluster(false), mcbuilder.WithEngageWithProviderClusters(true))
+	}
+	err = b.WatchesRawSource(captureQueue(memberQueue)).
+		WithOptions(controller.TypedOptions[mcreconcile.Request]{MaxConcurrentReconciles: opts.MemberWorkers}).
+		Complete(msr)
+	if err != nil {
+		return fmt.Errorf("member sync controller: %w", err)
+	}
+
+	sw := &sweeper{mgr: mgr, hub: local.GetClient(), state: st, provider: provider, timeout: opts.MemberCallTimeout, memo: msr.memo}
+	return local.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		return watchRegistry(ctx, provider, st, dbQueue, sw)
+	}))
+}
+
+// watchRegistry turns registry transitions into work: the Databases on a
+// member that changed are reconciled, and a member that (re)connects is
+// swept for leftovers of Databases that are gone or no longer placed there.
+func watchRegistry(ctx context.Context, provider *clusters.Provider, st *state, dbQueue *queueRef, sw *sweeper) error {
+	wasReady := map[string]bool{}
+	events := provider.Subscribe()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case name, ok := <-events:
+			if !ok {
+				return nil
+			}
+			h := provider.Health(name)
+			if h.Engaged && h.Ready && !wasReady[name] {
+				go sw.sweep(ctx, name)
+			}
+			wasReady[name] = h.Engaged && h.Ready
+			for _, key := range st.databasesOn(name) {
+				dbQueue.add("", key)
+			}
+		}
+	}
+}
+
+// captureQueue is a source that only hands the controller's queue to ref, so
+// the other controller can enqueue requests into it in memory.
+func captureQueue(ref *queueRef) source.TypedSource[mcreconcile.Request] {
+	return source.TypedFunc[mcreconcile.Request](func(_ context.Context, q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) error {
+		ref.set(q)
+		return nil
+	})
+}
+
+// allDatabases maps a registry change to every Database: placement may change.
+func allDatabases(c client.Client) func(context.Context, client.Object) []mcreconcile.Request {
+	return func(ctx context.Context, _ client.Object) []mcreconcile.Request {
+		var list fleetv1alpha1.DatabaseList
+		if err := c.List(ctx, &list); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "listing databases for a registry change")
+			return nil
+		}
+		out := make([]mcreconcile.Request, 0, len(list.Items))
+		for i := range list.Items {
+			out = append(out, request("", client.ObjectKeyFromObject(&list.Items[i])))
+		}
+		return out
+	}
+}
+
+// databaseOfMemberObject maps a member object to its hub Database by label.
+func databaseOfMemberObject(_ context.Context, obj client.Object) []mcreconcile.Request {
+	l := obj.GetLabels()
+	ns, name := l[fleetv1alpha1.LabelDatabaseNamespace], l[fleetv1alpha1.LabelDatabaseName]
+	if l[fleetv1alpha1.LabelManagedBy] != fleetv1alpha1.ManagedByValue || ns == "" || name == "" {
+		return nil
+	}
+	return []mcreconcile.Request{request("", types.NamespacedName{Namespace: ns, Name: name})}
+}

@@ -1,0 +1,158 @@
+package hub
+
+import (
+	"maps"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+)
+
+// memberRole says what a member sync does for one Database in one member.
+type memberRole int
+
+const (
+	// roleNone: the member has nothing to do with the Database.
+	roleNone memberRole = iota
+	// roleApply: render and apply the current generation, then observe.
+	roleApply
+	// roleHold: the rollout has not reached this member yet; observe only.
+	roleHold
+	// roleTeardown: remove the Database's objects per its deletion policy.
+	roleTeardown
+)
+
+// plan is what the Database controller decided for one Database; member
+// syncs act on it. It is replaced as a whole, never mutated after publishing.
+type plan struct {
+	uid        types.UID
+	generation int64
+	policy     fleetv1alpha1.DeletionPolicy
+	// allowed are targets that may run the current generation.
+	allowed map[string]bool
+	// targets are the placed members.
+	targets map[string]bool
+	// teardown are members to remove the Database from (dropped from
+	// placement, or all of them when the Database is deleted).
+	teardown map[string]bool
+	// traceparent of the change that produced this plan.
+	traceparent string
+}
+
+func (p *plan) role(cluster string) memberRole {
+	switch {
+	case p.teardown[cluster]:
+		return roleTeardown
+	case p.allowed[cluster]:
+		return roleApply
+	case p.targets[cluster]:
+		return roleHold
+	}
+	return roleNone
+}
+
+// memberResult is what the last member sync observed for one Database in one member.
+type memberResult struct {
+	// Status is the member's entry for Database.status.clusters.
+	Status fleetv1alpha1.ClusterStatus
+	// HasWorkload is true when the member has the Database's StatefulSet.
+	HasWorkload bool
+	// TornDown is true when a teardown finished in this member.
+	TornDown bool
+	// Unreachable is true when the member could not be reached.
+	Unreachable bool
+	// At is when the result was recorded.
+	At time.Time
+}
+
+// fresh is true for a member with nothing of the Database in it yet.
+func (r *memberResult) fresh() bool {
+	return !r.Unreachable && !r.HasWorkload && r.Status.Phase == fleetv1alpha1.ClusterPhasePending
+}
+
+// sameAs compares everything but timestamps.
+func (r *memberResult) sameAs(o *memberResult) bool {
+	if o == nil {
+		return false
+	}
+	a, b := r.Status, o.Status
+	a.LastSyncTime, b.LastSyncTime = nil, nil
+	return a == b && r.HasWorkload == o.HasWorkload && r.TornDown == o.TornDown && r.Unreachable == o.Unreachable
+}
+
+// state is the in-memory meeting point of the two controllers.
+type state struct {
+	mu      sync.RWMutex
+	plans   map[types.NamespacedName]*plan
+	results map[types.NamespacedName]map[string]*memberResult
+}
+
+func newState() *state {
+	return &state{
+		plans:   map[types.NamespacedName]*plan{},
+		results: map[types.NamespacedName]map[string]*memberResult{},
+	}
+}
+
+func (s *state) plan(key types.NamespacedName) *plan {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.plans[key]
+}
+
+func (s *state) setPlan(key types.NamespacedName, p *plan) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.plans[key] = p
+}
+
+// record stores a member result; it reports whether anything but timestamps changed.
+func (s *state) record(key types.NamespacedName, cluster string, r *memberResult) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.results[key]
+	if m == nil {
+		m = map[string]*memberResult{}
+		s.results[key] = m
+	}
+	changed := !r.sameAs(m[cluster])
+	m[cluster] = r
+	return changed
+}
+
+// resultsFor returns a copy of the results of a Database.
+func (s *state) resultsFor(key types.NamespacedName) map[string]*memberResult {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return maps.Clone(s.results[key])
+}
+
+// dropResult forgets one member's result (after its teardown was accounted for).
+func (s *state) dropResult(key types.NamespacedName, cluster string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.results[key], cluster)
+}
+
+// forget drops everything about a Database that is gone.
+func (s *state) forget(key types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.plans, key)
+	delete(s.results, key)
+}
+
+// databasesOn lists the Databases whose plan involves the cluster.
+func (s *state) databasesOn(cluster string) []types.NamespacedName {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []types.NamespacedName
+	for key, p := range s.plans {
+		if p.targets[cluster] || p.teardown[cluster] {
+			out = append(out, key)
+		}
+	}
+	return out
+}

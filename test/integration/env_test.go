@@ -1,0 +1,286 @@
+// Package integration runs fleetdb's hub controllers in the test process
+// against real kube-apiservers: one hub and three members started by the
+// fleet harness. envtest runs no controllers, so member StatefulSets are made
+// "ready" by a simulator that writes their status the way the StatefulSet
+// controller would, and only for the members the test lets it.
+package integration
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub"
+	"github.com/fleetdb/fleetdb/test/fleet"
+)
+
+const (
+	eventually = 60 * time.Second
+	poll       = 200 * time.Millisecond
+	hubNS      = "fleetdb-system"
+)
+
+// writeCounter counts write requests (anything but GET, LIST, WATCH) per target.
+type writeCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+	log    map[string][]string
+}
+
+func newWriteCounter() *writeCounter {
+	return &writeCounter{counts: map[string]int{}, log: map[string][]string{}}
+}
+
+func (w *writeCounter) wrap(target string, rt http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		if req.Method != http.MethodGet && req.Method != http.MethodHead && req.Method != http.MethodOptions {
+			w.mu.Lock()
+			w.counts[target]++
+			w.log[target] = append(w.log[target], req.Method+" "+req.URL.Path)
+			w.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+// snapshot returns the total and the requests made since the last reset.
+func (w *writeCounter) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.counts = map[string]int{}
+	w.log = map[string][]string{}
+}
+
+func (w *writeCounter) writes() (int, []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	total := 0
+	var all []string
+	for target, n := range w.counts {
+		total += n
+		for _, l := range w.log[target] {
+			all = append(all, target+": "+l)
+		}
+	}
+	return total, all
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// env is a running fleet with the hub's controllers.
+type env struct {
+	t       *testing.T
+	fleet   *fleet.Fleet
+	hub     client.Client
+	proxies map[string]*fleet.Proxy
+	writes  *writeCounter
+	sim     *simulator
+	ctx     context.Context
+}
+
+func startEnv(t *testing.T, members ...string) *env {
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(logWriter{})))
+	f := fleet.Start(t, fleet.Options{Members: members})
+	e := &env{t: t, fleet: f, hub: f.Hub.Client, proxies: map[string]*fleet.Proxy{}, writes: newWriteCounter(), ctx: fleet.Context(t)}
+	g := NewWithT(t)
+	g.Expect(e.hub.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hubNS}})).To(Succeed())
+	for _, m := range f.Members {
+		u, err := url.Parse(m.Config.Host)
+		g.Expect(err).NotTo(HaveOccurred())
+		p := fleet.NewProxy(t, u.Host)
+		e.proxies[m.Name] = p
+		kc, err := fleet.KubeconfigVia(m.Kubeconfig, p.Addr())
+		g.Expect(err).NotTo(HaveOccurred())
+		e.register(m.Name, kc, map[string]string{"name": m.Name})
+	}
+
+	hubCfg := rest.CopyConfig(f.Hub.Config)
+	hubCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return e.writes.wrap("hub", rt) })
+	mgr, _, err := hub.NewManager(e.ctx, hub.Config{
+		Hub: hubCfg,
+		Options: hub.Options{
+			HubNamespace:      hubNS,
+			MemberCallTimeout: 5 * time.Second,
+		},
+		Registry: clusters.Options{
+			ProbeInterval:      500 * time.Millisecond,
+			ProbeTimeout:       time.Second,
+			FailureGracePeriod: 1500 * time.Millisecond,
+			ConnectTimeout:     10 * time.Second,
+			WrapTransport:      e.writes.wrap,
+		},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(e.ctx); err != nil {
+			t.Errorf("hub manager: %v", err)
+		}
+	}()
+	// Stop the manager before the control planes go (cleanups run last-in first-out).
+	ctx, cancel := context.WithCancel(e.ctx)
+	e.ctx = ctx
+	t.Cleanup(func() { cancel(); <-done })
+	_ = ctx
+
+	e.sim = newSimulator(e)
+	go e.sim.run(e.ctx)
+	for _, m := range f.Members {
+		e.waitMemberReady(m.Name)
+	}
+	return e
+}
+
+// register writes a member's kubeconfig Secret and MemberCluster on the hub.
+func (e *env) register(name string, kubeconfig []byte, labels map[string]string) {
+	g := NewWithT(e.t)
+	g.Expect(e.hub.Create(e.ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: hubNS, Name: name + "-kubeconfig"},
+		Data:       map[string][]byte{"kubeconfig": kubeconfig},
+	})).To(Succeed())
+	g.Expect(e.hub.Create(e.ctx, &fleetv1alpha1.MemberCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: fleetv1alpha1.MemberClusterSpec{KubeconfigSecretRef: fleetv1alpha1.SecretKeyRef{
+			Namespace: hubNS, Name: name + "-kubeconfig", Key: "kubeconfig",
+		}},
+	})).To(Succeed())
+}
+
+func (e *env) waitMemberReady(name string) {
+	NewWithT(e.t).Eventually(func(g Gomega) {
+		var mc fleetv1alpha1.MemberCluster
+		g.Expect(e.hub.Get(e.ctx, client.ObjectKey{Name: name}, &mc)).To(Succeed())
+		g.Expect(condition(mc.Status.Conditions, fleetv1alpha1.MemberConditionReady)).To(HaveField("Status", metav1.ConditionTrue))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+}
+
+func (e *env) member(name string) client.Client { return e.fleet.Member(name).Client }
+
+// namespace creates a fresh hub namespace for one test.
+func (e *env) namespace(name string) string {
+	NewWithT(e.t).Expect(e.hub.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+	return name
+}
+
+func (e *env) getDB(ns, name string) *fleetv1alpha1.Database {
+	var db fleetv1alpha1.Database
+	NewWithT(e.t).Expect(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &db)).To(Succeed())
+	return &db
+}
+
+// newDB is a postgres Database with 2 replicas placed on the named members.
+func newDB(ns, name string, members ...string) *fleetv1alpha1.Database {
+	return &fleetv1alpha1.Database{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: fleetv1alpha1.DatabaseSpec{
+			Engine:    fleetv1alpha1.EnginePostgres,
+			Replicas:  2,
+			Storage:   fleetv1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
+			Placement: fleetv1alpha1.PlacementSpec{ClusterNames: members},
+		},
+	}
+}
+
+func condition(conds []metav1.Condition, t string) metav1.Condition {
+	for _, c := range conds {
+		if c.Type == t {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}
+
+func clusterEntry(db *fleetv1alpha1.Database, name string) fleetv1alpha1.ClusterStatus {
+	for _, c := range db.Status.Clusters {
+		if c.Name == name {
+			return c
+		}
+	}
+	return fleetv1alpha1.ClusterStatus{}
+}
+
+// simulator plays the member StatefulSet controller: for the members it is
+// enabled on, it reports every StatefulSet of fleetdb as rolled out and ready.
+type simulator struct {
+	e       *env
+	enabled sync.Map // member name -> bool
+	passes  atomic.Int64
+}
+
+func newSimulator(e *env) *simulator { return &simulator{e: e} }
+
+func (s *simulator) enable(member string, on bool) { s.enabled.Store(member, on) }
+
+func (s *simulator) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		for _, m := range s.e.fleet.Members {
+			if on, _ := s.enabled.Load(m.Name); on != true {
+				continue
+			}
+			var list appsv1.StatefulSetList
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if err := m.Client.List(cctx, &list, client.MatchingLabels{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue}); err == nil {
+				for i := range list.Items {
+					markReady(cctx, m.Client, &list.Items[i])
+				}
+			}
+			cancel()
+		}
+		s.passes.Add(1)
+	}
+}
+
+// markReady writes the status a StatefulSet controller writes once every pod
+// of the current revision is ready; it writes nothing when that is already so.
+func markReady(ctx context.Context, c client.Client, sts *appsv1.StatefulSet) {
+	replicas := int32(1)
+	if sts.Spec.Replicas != nil {
+		replicas = *sts.Spec.Replicas
+	}
+	rev := sts.Name + "-" + strings.TrimPrefix(sts.ResourceVersion, "0")
+	if s := sts.Status; s.ObservedGeneration == sts.Generation && s.ReadyReplicas == replicas && s.Replicas == replicas &&
+		s.UpdatedReplicas == replicas && s.CurrentRevision == s.UpdateRevision && s.UpdateRevision != "" {
+		return
+	}
+	sts.Status = appsv1.StatefulSetStatus{
+		ObservedGeneration: sts.Generation, Replicas: replicas, ReadyReplicas: replicas, AvailableReplicas: replicas,
+		CurrentReplicas: replicas, UpdatedReplicas: replicas, CurrentRevision: rev, UpdateRevision: rev,
+	}
+	_ = c.Status().Update(ctx, sts)
+}
+
+// logWriter shows the hub's logs when FLEETDB_TEST_LOGS is set.
+type logWriter struct{}
+
+func (logWriter) Write(p []byte) (int, error) {
+	if os.Getenv("FLEETDB_TEST_LOGS") != "" {
+		return os.Stderr.Write(p)
+	}
+	return len(p), nil
+}
