@@ -1,0 +1,327 @@
+package member
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+)
+
+// ConflictError says that a member object fleetdb would write exists but is
+// not fleetdb's object for this Database. Apply never touches it.
+type ConflictError struct {
+	Kind, Namespace, Name string
+}
+
+// Error names the object.
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%s %s/%s exists and is not managed by fleetdb for this Database", e.Kind, e.Namespace, e.Name)
+}
+
+// ApplyResult tells what Apply did. Objects are named "Kind/namespace/name"
+// ("Kind/name" for cluster-scoped ones).
+type ApplyResult struct {
+	// Applied are the objects a write request was sent for.
+	Applied []string
+	// Restored are objects that were missing or had been changed by someone
+	// else and were put back. Only what memo remembers applying counts: a
+	// first creation (or the first pass after a hub restart) is no restore.
+	Restored []string
+	// Pruned are fleetdb objects of the Database that are no longer rendered
+	// (e.g. the PodDisruptionBudget after a scale-down to one replica) and were deleted.
+	Pruned []string
+}
+
+// Apply makes the member hold objs, everything Render returned for one
+// Database in cluster:
+//
+//   - It reads every object first, through c (typically cache-backed, maybe
+//     filtered to fleetdb's labels) and, for what c does not hold, through the
+//     uncached live reader. If any exists without fleetdb's labels for this
+//     Database, Apply returns a *ConflictError and writes nothing at all.
+//     Objects of a deleted Database of the same name (another UID) are adopted.
+//   - The Namespace is created only when something must be created in it and
+//     it is missing; an existing Namespace is never changed.
+//   - Every other object is written with server-side apply under
+//     fleetv1alpha1.FieldManager, forcing ownership, unless memo shows that
+//     the member holds exactly what was last applied (see Memo), in which case
+//     nothing is sent. A new traceparent alone is no reason to write.
+//   - The volumeClaimTemplates of an existing StatefulSet are immutable: when
+//     the rendered ones differ (a storage change, an adopted StatefulSet),
+//     the live ones are kept.
+//   - fleetdb objects of this Database that objs does not hold are deleted
+//     (PersistentVolumeClaims never are). objs must therefore be complete.
+//
+// live may be nil when c is not cache-backed. memo may be nil: then every
+// object is applied every time.
+func Apply(ctx context.Context, cluster string, c client.Client, live client.Reader, objs []client.Object, memo *Memo) (ApplyResult, error) {
+	var res ApplyResult
+	if live == nil {
+		live = c
+	}
+	plan, err := newPlan(cluster, objs)
+	if err != nil {
+		return res, err
+	}
+
+	// Read everything before writing anything: a conflict leaves the member untouched.
+	missing := false
+	for _, it := range plan.items {
+		if err := it.read(ctx, c, live, plan.dbNamespace, plan.dbName); err != nil {
+			return res, err
+		}
+		missing = missing || it.live == nil
+	}
+	// Existing objects prove that their namespace exists: look at it only when creating.
+	if missing && plan.namespace != nil {
+		created, err := ensureNamespace(ctx, c, live, plan.namespace)
+		if err != nil {
+			return res, err
+		}
+		if created {
+			res.Applied = append(res.Applied, ref(plan.namespace))
+		}
+	}
+
+	for _, it := range plan.items {
+		if it.upToDate(memo) {
+			continue
+		}
+		restored, err := it.apply(ctx, c, memo)
+		if err != nil {
+			return res, err
+		}
+		res.Applied = append(res.Applied, ref(it.desired))
+		if restored {
+			res.Restored = append(res.Restored, ref(it.desired))
+		}
+	}
+
+	pruned, err := prune(ctx, c, plan, memo)
+	res.Pruned = pruned
+	return res, err
+}
+
+// plan is Apply's view of objs.
+type plan struct {
+	cluster     string
+	namespace   *corev1.Namespace
+	items       []*item
+	dbNamespace string
+	dbName      string
+}
+
+// item is one object to apply.
+type item struct {
+	desired client.Object
+	gvk     schema.GroupVersionKind
+	key     memoKey
+	hash    string
+	// live is the object as read before applying; nil when it does not exist.
+	live client.Object
+}
+
+func newPlan(cluster string, objs []client.Object) (*plan, error) {
+	p := &plan{cluster: cluster}
+	for _, obj := range objs {
+		if ns, ok := obj.(*corev1.Namespace); ok {
+			p.namespace = ns
+			continue
+		}
+		gvk := obj.GetObjectKind().GroupVersionKind()
+		if gvk.Kind == "" || gvk.Version == "" {
+			return nil, fmt.Errorf("apply: %T %s has no apiVersion or kind", obj, obj.GetName())
+		}
+		l := obj.GetLabels()
+		dbNamespace, dbName := l[fleetv1alpha1.LabelDatabaseNamespace], l[fleetv1alpha1.LabelDatabaseName]
+		if !ownedBy(l, dbNamespace, dbName) || dbName == "" {
+			return nil, fmt.Errorf("apply: %s %s has no fleetdb labels", gvk.Kind, obj.GetName())
+		}
+		if p.dbName == "" {
+			p.dbNamespace, p.dbName = dbNamespace, dbName
+		} else if p.dbNamespace != dbNamespace || p.dbName != dbName {
+			return nil, fmt.Errorf("apply: objects of more than one Database (%s/%s and %s/%s)", p.dbNamespace, p.dbName, dbNamespace, dbName)
+		}
+		hash, err := objectHash(obj)
+		if err != nil {
+			return nil, fmt.Errorf("apply: hashing %s %s: %w", gvk.Kind, obj.GetName(), err)
+		}
+		p.items = append(p.items, &item{
+			desired: obj,
+			gvk:     gvk,
+			key:     memoKey{cluster: cluster, gvk: gvk, namespace: obj.GetNamespace(), name: obj.GetName()},
+			hash:    hash,
+		})
+	}
+	return p, nil
+}
+
+// read fetches the live object and checks that fleetdb owns it.
+func (it *item) read(ctx context.Context, c client.Client, live client.Reader, dbNamespace, dbName string) error {
+	key := client.ObjectKeyFromObject(it.desired)
+	cur := newLike(it.desired)
+	err := c.Get(ctx, key, cur)
+	if apierrors.IsNotFound(err) {
+		// The cache may lag, or may only hold fleetdb's objects: ask the API
+		// server before creating, so that an unowned object is never overwritten.
+		cur = newLike(it.desired)
+		err = live.Get(ctx, key, cur)
+		if apierrors.IsNotFound(err) {
+			it.live = nil
+			return nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", ref(it.desired), err)
+	}
+	if !ownedBy(cur.GetLabels(), dbNamespace, dbName) {
+		return &ConflictError{Kind: it.gvk.Kind, Namespace: key.Namespace, Name: key.Name}
+	}
+	if cur.GetDeletionTimestamp() != nil {
+		return fmt.Errorf("%s is being deleted; it is recreated once it is gone", ref(it.desired))
+	}
+	it.live = cur
+	return nil
+}
+
+// upToDate reports whether the member holds exactly what was last applied:
+// same rendered object, the live object unchanged since (its generation, or
+// its resourceVersion for kinds without one), and fleetdb's labels and
+// annotations still in place (metadata edits do not bump the generation).
+func (it *item) upToDate(memo *Memo) bool {
+	if it.live == nil {
+		return false
+	}
+	e, ok := memo.get(it.key)
+	if !ok || e.hash != it.hash || e.version != liveVersion(it.live) {
+		return false
+	}
+	return hasAll(it.live.GetLabels(), it.desired.GetLabels()) &&
+		hasAll(it.live.GetAnnotations(), withoutTraceparent(it.desired.GetAnnotations()))
+}
+
+// apply sends the object and remembers the answer. It reports whether the
+// write put back something that had been deleted or changed by someone else.
+func (it *item) apply(ctx context.Context, c client.Client, memo *Memo) (restored bool, err error) {
+	u, err := applyObject(it.desired, it.live)
+	if err != nil {
+		return false, fmt.Errorf("applying %s: %w", ref(it.desired), err)
+	}
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
+		client.FieldOwner(fleetv1alpha1.FieldManager), client.ForceOwnership); err != nil {
+		return false, fmt.Errorf("applying %s: %w", ref(it.desired), err)
+	}
+	rv := u.GetResourceVersion()
+	prev, known := memo.get(it.key)
+	switch {
+	case !known:
+		// First creation, or the first pass after a hub restart: nothing to report.
+	case it.live == nil:
+		restored = true
+	default:
+		// Unchanged rendering, yet the write changed the object: someone had
+		// changed it. A no-op write (stale cache) changes nothing.
+		restored = prev.hash == it.hash && rv != it.live.GetResourceVersion() && rv != prev.resourceVersion
+	}
+	memo.put(it.key, memoEntry{
+		hash:            it.hash,
+		version:         liveVersion(u),
+		resourceVersion: rv,
+		database:        it.desired.GetLabels()[fleetv1alpha1.LabelDatabaseNamespace] + "/" + it.desired.GetLabels()[fleetv1alpha1.LabelDatabaseName],
+	})
+	return restored, nil
+}
+
+// ensureNamespace creates ns unless it exists; it reports whether it created it.
+func ensureNamespace(ctx context.Context, c client.Client, live client.Reader, ns *corev1.Namespace) (bool, error) {
+	key := client.ObjectKeyFromObject(ns)
+	cur := &corev1.Namespace{}
+	err := c.Get(ctx, key, cur)
+	if apierrors.IsNotFound(err) {
+		err = live.Get(ctx, key, cur)
+	}
+	switch {
+	case err == nil:
+		if cur.DeletionTimestamp != nil {
+			return false, fmt.Errorf("namespace %s is being deleted; it is recreated once it is gone", ns.Name)
+		}
+		return false, nil
+	case !apierrors.IsNotFound(err):
+		return false, fmt.Errorf("reading namespace %s: %w", ns.Name, err)
+	}
+	obj := ns.DeepCopy()
+	obj.ResourceVersion = ""
+	if err := c.Create(ctx, obj, client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("creating namespace %s: %w", ns.Name, err)
+	}
+	return true, nil
+}
+
+// liveVersion identifies a state of an object: its generation for kinds that
+// have one (status updates do not move it), else its resourceVersion.
+func liveVersion(obj metav1.Object) string {
+	if g := obj.GetGeneration(); g > 0 {
+		return "g" + strconv.FormatInt(g, 10)
+	}
+	return "rv" + obj.GetResourceVersion()
+}
+
+// objectHash hashes the rendered object without its traceparent: a new trace
+// alone does not make a write; the next real change carries its traceparent.
+func objectHash(obj client.Object) (string, error) {
+	cp, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return "", fmt.Errorf("%T is not a client.Object", obj)
+	}
+	cp.SetAnnotations(withoutTraceparent(cp.GetAnnotations()))
+	b, err := json.Marshal(cp)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+func withoutTraceparent(annotations map[string]string) map[string]string {
+	if _, ok := annotations[fleetv1alpha1.AnnotationTraceparent]; !ok {
+		return annotations
+	}
+	out := make(map[string]string, len(annotations))
+	for k, v := range annotations {
+		if k != fleetv1alpha1.AnnotationTraceparent {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// newLike returns a new empty object of obj's Go type.
+func newLike(obj client.Object) client.Object {
+	return reflect.New(reflect.TypeOf(obj).Elem()).Interface().(client.Object)
+}
+
+// ref names an object as "Kind/namespace/name", or "Kind/name" when cluster-scoped.
+func ref(obj client.Object) string {
+	kind := obj.GetObjectKind().GroupVersionKind().Kind
+	if kind == "" {
+		kind = reflect.TypeOf(obj).Elem().Name()
+	}
+	if obj.GetNamespace() == "" {
+		return kind + "/" + obj.GetName()
+	}
+	return kind + "/" + obj.GetNamespace() + "/" + obj.GetName()
+}

@@ -1,0 +1,180 @@
+package member
+
+import (
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+)
+
+// Keys of the credentials Secret data (the same in the hub Secret and in every member).
+const (
+	// CredentialsUsernameKey holds the database user name.
+	CredentialsUsernameKey = "username"
+	// CredentialsPasswordKey holds the database user's password.
+	CredentialsPasswordKey = "password"
+)
+
+// DefaultImageRepository is where the official engine images come from when
+// Params.ImageRepository is empty: Docker Hub's library ("postgres", "mysql").
+const DefaultImageRepository = "docker.io/library"
+
+// Paths inside the database container.
+const (
+	dataVolume   = "data"
+	configVolume = "config"
+	configMount  = "/etc/fleetdb"
+)
+
+// engine is everything that differs between postgres and mysql.
+type engine struct {
+	// name is the image name, the container name and the port name.
+	name string
+	port int32
+	// dataMount is where the "data" volume is mounted.
+	dataMount string
+	// configMount is where the ConfigMap is mounted (read-only), configFile the key in it.
+	configMount string
+	configFile  string
+	config      string
+	// args are appended to the image's entrypoint.
+	args []string
+	// env builds the container environment from the credentials Secret.
+	env func(secret string) []corev1.EnvVar
+	// readiness is run with sh -c so that it can read the env; kubelet only
+	// expands $(VAR) for literal env values, not for values from a Secret.
+	readiness string
+	// checkCredentials rejects credentials the image cannot use; its errors never contain a value.
+	checkCredentials func(username string) error
+}
+
+var engines = map[fleetv1alpha1.Engine]engine{
+	fleetv1alpha1.EnginePostgres: {
+		name:      "postgres",
+		port:      5432,
+		dataMount: "/var/lib/postgresql/data",
+		// The image reads the whole server configuration from config_file;
+		// pg_hba.conf stays in PGDATA where initdb writes it.
+		configMount: configMount,
+		configFile:  "postgresql.conf",
+		config: `# Managed by fleetdb: edits are overwritten.
+listen_addresses = '*'
+port = 5432
+max_connections = 100
+shared_buffers = 128MB
+dynamic_shared_memory_type = posix
+password_encryption = scram-sha-256
+log_destination = 'stderr'
+logging_collector = off
+log_timezone = 'UTC'
+timezone = 'UTC'
+`,
+		args: []string{"-c", "config_file=" + configMount + "/postgresql.conf"},
+		env: func(secret string) []corev1.EnvVar {
+			return []corev1.EnvVar{
+				secretEnv("POSTGRES_USER", secret, CredentialsUsernameKey),
+				secretEnv("POSTGRES_PASSWORD", secret, CredentialsPasswordKey),
+				// A sub-directory, so that a volume's lost+found does not stop initdb.
+				{Name: "PGDATA", Value: "/var/lib/postgresql/data/pgdata"},
+			}
+		},
+		readiness:        `exec pg_isready -q -h 127.0.0.1 -p 5432 -U "$POSTGRES_USER"`,
+		checkCredentials: func(string) error { return nil },
+	},
+	fleetv1alpha1.EngineMySQL: {
+		name:      "mysql",
+		port:      3306,
+		dataMount: "/var/lib/mysql",
+		// The image includes every file of /etc/mysql/conf.d.
+		configMount: "/etc/mysql/conf.d",
+		configFile:  "fleetdb.cnf",
+		config: `# Managed by fleetdb: edits are overwritten.
+[mysqld]
+# A sub-directory, so that a volume's lost+found does not stop --initialize.
+datadir = /var/lib/mysql/data
+port = 3306
+skip-name-resolve
+character-set-server = utf8mb4
+collation-server = utf8mb4_0900_ai_ci
+max_connections = 151
+`,
+		env: func(secret string) []corev1.EnvVar {
+			return []corev1.EnvVar{
+				secretEnv("MYSQL_ROOT_PASSWORD", secret, CredentialsPasswordKey),
+				secretEnv("MYSQL_USER", secret, CredentialsUsernameKey),
+				secretEnv("MYSQL_PASSWORD", secret, CredentialsPasswordKey),
+			}
+		},
+		// MYSQL_PWD keeps the password off the command line.
+		readiness: `MYSQL_PWD="$MYSQL_PASSWORD" exec mysqladmin ping --silent -h 127.0.0.1 -P 3306 -u "$MYSQL_USER"`,
+		checkCredentials: func(username string) error {
+			// The image refuses MYSQL_USER=root: root gets MYSQL_ROOT_PASSWORD.
+			if username == "root" {
+				return errors.New("the mysql image reserves the user name root; choose another user name")
+			}
+			return nil
+		},
+	},
+}
+
+func engineFor(e fleetv1alpha1.Engine) (engine, error) {
+	eng, ok := engines[e]
+	if !ok {
+		return engine{}, fmt.Errorf("unknown engine %q", e)
+	}
+	return eng, nil
+}
+
+func secretEnv(name, secret, key string) corev1.EnvVar {
+	return corev1.EnvVar{
+		Name: name,
+		ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: secret},
+			Key:                  key,
+		}},
+	}
+}
+
+// container is the database container of the StatefulSet's pods.
+func (e engine) container(image, secret string, resources corev1.ResourceRequirements) corev1.Container {
+	tcp := corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(e.name)}}
+	return corev1.Container{
+		Name:  e.name,
+		Image: image,
+		Args:  e.args,
+		Ports: []corev1.ContainerPort{{Name: e.name, ContainerPort: e.port, Protocol: corev1.ProtocolTCP}},
+		Env:   e.env(secret),
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: dataVolume, MountPath: e.dataMount},
+			{Name: configVolume, MountPath: e.configMount, ReadOnly: true},
+		},
+		Resources: resources,
+		// A first start initialises the data directory with the server
+		// listening on a socket only: the startup probe gives it ten minutes
+		// before liveness may restart the container.
+		StartupProbe: &corev1.Probe{
+			ProbeHandler: tcp, PeriodSeconds: 5, TimeoutSeconds: 3, FailureThreshold: 120,
+		},
+		LivenessProbe: &corev1.Probe{
+			ProbeHandler: tcp, PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 6,
+		},
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
+				Command: []string{"sh", "-c", e.readiness},
+			}},
+			PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 3,
+		},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot:             ptrTo(true),
+			AllowPrivilegeEscalation: ptrTo(false),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+	}
+}
+
+// ptrTo returns a pointer to v.
+func ptrTo[T any](v T) *T { return &v }

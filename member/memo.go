@@ -1,0 +1,111 @@
+package member
+
+import (
+	"sync"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Memo remembers, per member object, what fleetdb last applied and what the
+// API server answered, so that Apply sends nothing while the member still
+// holds exactly that: a steady fleet makes zero write requests.
+//
+// One Memo serves a whole hub process; its keys include the cluster name.
+// It is safe for concurrent use. An empty Memo (after a hub restart) costs one
+// no-op apply per object.
+type Memo struct {
+	mu      sync.Mutex
+	entries map[memoKey]memoEntry
+}
+
+type memoKey struct {
+	cluster   string
+	gvk       schema.GroupVersionKind
+	namespace string
+	name      string
+}
+
+type memoEntry struct {
+	// hash is the hash of the rendered object, see objectHash.
+	hash string
+	// version is the object's metadata.generation as the apply returned it
+	// when the kind has one, else its resourceVersion; see liveVersion.
+	version string
+	// resourceVersion as the apply returned it, to tell a no-op re-apply
+	// from one that put something back.
+	resourceVersion string
+	// database is "namespace/name" of the hub Database the object belongs to.
+	database string
+}
+
+// NewMemo returns an empty Memo.
+func NewMemo() *Memo {
+	return &Memo{entries: map[memoKey]memoEntry{}}
+}
+
+// Forget drops everything remembered about cluster, e.g. when the hub
+// disconnects from it: after a reconnect every object is applied once again.
+func (m *Memo) Forget(cluster string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k := range m.entries {
+		if k.cluster == cluster {
+			delete(m.entries, k)
+		}
+	}
+}
+
+// ForgetDatabase drops what is remembered about the objects of the hub
+// Database namespace/name in cluster, e.g. after Teardown, so that the memory
+// held stays bounded by the live Databases.
+func (m *Memo) ForgetDatabase(cluster, namespace, name string) {
+	if m == nil {
+		return
+	}
+	db := namespace + "/" + name
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, e := range m.entries {
+		if k.cluster == cluster && e.database == db {
+			delete(m.entries, k)
+		}
+	}
+}
+
+func (m *Memo) get(k memoKey) (memoEntry, bool) {
+	if m == nil {
+		return memoEntry{}, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entries[k]
+	return e, ok
+}
+
+func (m *Memo) put(k memoKey, e memoEntry) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.entries[k] = e
+}
+
+func (m *Memo) drop(k memoKey) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.entries, k)
+}
+
+// len is the number of remembered objects (for tests).
+func (m *Memo) len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.entries)
+}

@@ -1,0 +1,117 @@
+package member
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+)
+
+// Teardown removes or releases, according to policy, the member objects of
+// the hub Database namespace/name, found by SelectorFor (StatefulSets,
+// PodDisruptionBudgets, Services, ConfigMaps, Secrets, PersistentVolumeClaims):
+//
+//   - Delete (also the default) deletes them all, PersistentVolumeClaims included;
+//   - Retain deletes the workload, Services, ConfigMap and PodDisruptionBudget
+//     but keeps the PersistentVolumeClaims and the credentials Secret, and
+//     strips fleetdb's labels from them;
+//   - Orphan deletes nothing and strips fleetdb's labels from every object.
+//
+// Objects are deleted with background propagation; NotFound counts as done.
+// The Namespace is never deleted. Teardown is done when a fresh list finds
+// nothing labelled for the Database any more; until then call it again (a
+// volume claim may wait for its pods to go, for instance).
+func Teardown(ctx context.Context, c client.Client, namespace, name string, policy fleetv1alpha1.DeletionPolicy) (done bool, err error) {
+	var remove, release []managedKind
+	all := append(append([]managedKind{}, workloadKinds...), pvcKind)
+	switch policy {
+	case fleetv1alpha1.DeletionPolicyDelete, "":
+		remove = all
+	case fleetv1alpha1.DeletionPolicyRetain:
+		for _, k := range workloadKinds {
+			if k.gvk.Kind == "Secret" {
+				release = append(release, k)
+			} else {
+				remove = append(remove, k)
+			}
+		}
+		release = append(release, pvcKind)
+	case fleetv1alpha1.DeletionPolicyOrphan:
+		release = all
+	default:
+		return false, fmt.Errorf("teardown %s/%s: unknown deletion policy %q", namespace, name, policy)
+	}
+
+	var errs []error
+	for _, k := range remove {
+		errs = append(errs, deleteManaged(ctx, c, k, namespace, name))
+	}
+	for _, k := range release {
+		errs = append(errs, releaseManaged(ctx, c, k, namespace, name))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return false, fmt.Errorf("teardown %s/%s: %w", namespace, name, err)
+	}
+
+	for _, k := range all {
+		left, err := listManaged(ctx, c, k, namespace, name)
+		if err != nil {
+			return false, fmt.Errorf("teardown %s/%s: %w", namespace, name, err)
+		}
+		if len(left) > 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// deleteManaged deletes the objects of kind k labelled for the Database.
+func deleteManaged(ctx context.Context, c client.Client, k managedKind, namespace, name string) error {
+	objs, err := listManaged(ctx, c, k, namespace, name)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, obj := range objs {
+		if obj.GetDeletionTimestamp() != nil {
+			continue // already going; deleting again would only be a write
+		}
+		err := c.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting %s: %w", k.describe(obj), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// releaseManaged strips fleetdb's labels from the objects of kind k labelled
+// for the Database, so that fleetdb neither finds nor claims them again.
+func releaseManaged(ctx context.Context, c client.Client, k managedKind, namespace, name string) error {
+	objs, err := listManaged(ctx, c, k, namespace, name)
+	if err != nil {
+		return err
+	}
+	strip := map[string]any{}
+	for _, l := range releasedLabels {
+		strip[l] = nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": strip}})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, obj := range objs {
+		err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fleetv1alpha1.FieldManager))
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("releasing %s: %w", k.describe(obj), err))
+		}
+	}
+	return errors.Join(errs...)
+}
