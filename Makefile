@@ -18,6 +18,7 @@ toolchain: ## Build the pinned control-plane binaries (cached; prints nothing wh
 generate: ## Regenerate deepcopy code, CRDs and RBAC from markers.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./apis/...
 	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=deploy/crds
+	$(CONTROLLER_GEN) rbac:roleName=fleetdb-hub paths=./hub/... output:rbac:artifacts:config=deploy/rbac
 
 .PHONY: build
 build:
@@ -37,6 +38,84 @@ verify: generate ## Fail when generated files or go.mod/go.sum are not up to dat
 	git diff --exit-code -- . ':(exclude)test/tools' || { echo "verify: the tree is not generated-clean (run make generate / go mod tidy and commit)"; exit 1; }
 	@test -z "$$(git status --porcelain --untracked-files=all -- apis deploy)" || { git status --porcelain -- apis deploy; echo "verify: untracked generated files"; exit 1; }
 
+.PHONY: run
+run: ## The main job: start the local fleet (hub + 2 members, no Docker) and run the hub on it.
+	hack/run.sh
+
+.PHONY: fleet-up
+fleet-up: ## Start the local fleet only.
+	hack/fleet.sh up
+
+.PHONY: fleet-down
+fleet-down: ## Stop and remove the local fleet.
+	hack/fleet.sh down
+
 .PHONY: test
 test: toolchain ## Run every test against real control planes (builds the toolchain on first use).
 	KUBEBUILDER_ASSETS="$$(hack/toolchain.sh)" $(GO) test -count=1 -timeout 40m ./...
+
+# ---- kind: a hub and two members in Docker (needs Docker; not needed by `make test`) ----
+# kind itself is pinned and built from its Go module on first use; CI installs
+# the same version and passes KIND=kind. KIND_VERSION must stay the version of
+# sigs.k8s.io/kind in go.mod, whose default node image kind-configs/ pin.
+KIND_VERSION := v0.32.0
+KIND ?= $(GO) run sigs.k8s.io/kind@$(KIND_VERSION)
+KUBECTL ?= kubectl
+DOCKER ?= docker
+IMG ?= ghcr.io/fleetdb/fleetdb-hub:latest
+KIND_OUT := _output/kind
+KIND_HUB := fleetdb-hub
+KIND_MEMBERS := member-1 member-2
+KIND_MEMBER_LABELS := fleetdb.io/sample=true,fleetdb.io/fleet=kind
+
+.PHONY: kind-up
+kind-up: ## Create the kind hub and members, install the CRDs on the hub and join the members.
+	@mkdir -p $(KIND_OUT)
+	for c in hub $(KIND_MEMBERS); do \
+	  name=$$(sed -n 's/^name: *//p' kind-configs/$$c.yaml); \
+	  if $(KIND) get clusters 2>/dev/null | grep -qx "$$name"; then \
+	    $(KIND) export kubeconfig --name "$$name" --kubeconfig $(KIND_OUT)/$$c.kubeconfig; \
+	  else \
+	    $(KIND) create cluster --config kind-configs/$$c.yaml --kubeconfig $(KIND_OUT)/$$c.kubeconfig --wait 180s; \
+	  fi; \
+	done
+	$(KUBECTL) --kubeconfig $(KIND_OUT)/hub.kubeconfig apply --server-side -k deploy/crds
+	$(KUBECTL) --kubeconfig $(KIND_OUT)/hub.kubeconfig wait --for=condition=Established --timeout=60s \
+	  crd/databases.fleetdb.io crd/memberclusters.fleetdb.io
+	for m in $(KIND_MEMBERS); do \
+	  sc=$$($(KUBECTL) --kubeconfig $(KIND_OUT)/$$m.kubeconfig get storageclass \
+	    -o jsonpath='{range .items[?(@.metadata.annotations.storageclass\.kubernetes\.io/is-default-class=="true")]}{.metadata.name}{end}'); \
+	  test -n "$$sc" || { echo "kind-up: $$m has no default StorageClass (kind ships local-path 'standard')"; exit 1; }; \
+	  name=$$(sed -n 's/^name: *//p' kind-configs/$$m.yaml); \
+	  KUBECTL=$(KUBECTL) hack/join-member.sh --name $$m \
+	    --member-kubeconfig $(KIND_OUT)/$$m.kubeconfig --hub-kubeconfig $(KIND_OUT)/hub.kubeconfig \
+	    --server https://$$name-control-plane:6443 --labels $(KIND_MEMBER_LABELS); \
+	done
+
+.PHONY: kind-load
+kind-load: ## Build the hub image and load it into the kind hub.
+	$(DOCKER) build -t $(IMG) .
+	$(KIND) load docker-image $(IMG) --name $(KIND_HUB)
+
+# kind-deploy runs $(IMG) and restarts the hub: a re-loaded image keeps its tag.
+.PHONY: kind-deploy
+kind-deploy: ## Deploy the hub (deploy/hub) to the kind hub and wait for it and the members.
+	$(KUBECTL) --kubeconfig $(KIND_OUT)/hub.kubeconfig apply --server-side --force-conflicts -k deploy/hub
+	$(KUBECTL) --kubeconfig $(KIND_OUT)/hub.kubeconfig -n fleetdb-system set image deployment/fleetdb-hub hub=$(IMG)
+	$(KUBECTL) --kubeconfig $(KIND_OUT)/hub.kubeconfig -n fleetdb-system rollout restart deployment/fleetdb-hub
+	$(KUBECTL) --kubeconfig $(KIND_OUT)/hub.kubeconfig -n fleetdb-system rollout status deployment/fleetdb-hub --timeout=180s
+	$(KUBECTL) --kubeconfig $(KIND_OUT)/hub.kubeconfig wait --for=condition=Ready --timeout=180s membercluster --all
+
+.PHONY: kind-e2e
+kind-e2e: ## Run the e2e suite against the kind fleet.
+	FLEETDB_E2E_HUB_KUBECONFIG=$(CURDIR)/$(KIND_OUT)/hub.kubeconfig \
+	FLEETDB_E2E_MEMBER_KUBECONFIGS=$$(for m in $(KIND_MEMBERS); do printf '%s=%s,' $$m $(CURDIR)/$(KIND_OUT)/$$m.kubeconfig; done | sed 's/,$$//') \
+	FLEETDB_E2E_HUB_NAMESPACE=fleetdb-system \
+	  $(GO) test -count=1 -timeout 40m ./test/e2e/... -args -fleet=kind
+
+.PHONY: kind-down
+kind-down: ## Delete the kind clusters.
+	for c in hub $(KIND_MEMBERS); do \
+	  $(KIND) delete cluster --name "$$(sed -n 's/^name: *//p' kind-configs/$$c.yaml)"; \
+	done
+	rm -rf $(KIND_OUT)

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# The local fleet: a hub and member clusters as kwokctl "binary" clusters
+# (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok as
+# processes, simulated nodes), no Docker needed.
+#
+#   hack/fleet.sh up       start (or reuse) the fleet, install CRDs, register members
+#   hack/fleet.sh down     stop and remove the fleet, leaving no processes or volumes
+#   hack/fleet.sh env      print the kubeconfig paths as shell variables
+#
+# Everything lives under FLEET_DIR (default .cache/fleet in the repository,
+# git-ignored). FLEET_MEMBERS (default 2) sets the number of members.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+FLEET_DIR=${FLEET_DIR:-$root/.cache/fleet}
+FLEET_MEMBERS=${FLEET_MEMBERS:-2}
+FLEET_PREFIX=${FLEET_PREFIX:-fleetdb}
+export KWOK_WORKDIR="$FLEET_DIR/kwok"
+HUB_NS=fleetdb-system
+
+members() { for i in $(seq 1 "$FLEET_MEMBERS"); do echo "member-$i"; done; }
+kubeconfig() { echo "$FLEET_DIR/$1.kubeconfig"; }
+cluster_name() { echo "$FLEET_PREFIX-$1"; }
+
+bin() {
+	BIN=$("$root/hack/toolchain.sh")
+	KWOKCTL="$BIN/kwokctl"
+	KUBECTL="$BIN/kubectl"
+}
+
+create() {
+	local c=$1 kc
+	kc=$(kubeconfig "$c")
+	if [ -s "$kc" ] && "$KUBECTL" --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1; then
+		echo "fleet: $c is up" >&2
+		return
+	fi
+	if "$KWOKCTL" get clusters 2>/dev/null | grep -qx "$(cluster_name "$c")"; then
+		echo "fleet: starting $c" >&2
+		"$KWOKCTL" start cluster --name "$(cluster_name "$c")" --wait 120s >&2
+	else
+		echo "fleet: creating $c" >&2
+		"$KWOKCTL" create cluster --name "$(cluster_name "$c")" --runtime binary \
+			--kube-apiserver-binary="$BIN/kube-apiserver" --etcd-binary="$BIN/etcd" \
+			--kube-controller-manager-binary="$BIN/kube-controller-manager" \
+			--kube-scheduler-binary="$BIN/kube-scheduler" --kwok-controller-binary="$BIN/kwok" \
+			--extra-args kube-controller-manager=enable-hostpath-provisioner=true \
+			--kubeconfig "$kc" --wait 120s >&2
+	fi
+	"$KWOKCTL" get kubeconfig --name "$(cluster_name "$c")" >"$kc.tmp" && mv "$kc.tmp" "$kc"
+}
+
+prepare_member() {
+	local c=$1 kc
+	kc=$(kubeconfig "$c")
+	if [ "$("$KUBECTL" --kubeconfig "$kc" get nodes --no-headers 2>/dev/null | wc -l)" -lt 2 ]; then
+		"$KWOKCTL" scale node --replicas 2 --name "$(cluster_name "$c")" >&2
+	fi
+	"$KUBECTL" --kubeconfig "$kc" apply -f - >/dev/null <<'YAML'
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: standard
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: kubernetes.io/host-path
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+YAML
+}
+
+register() {
+	local c=$1 i=$2 hub
+	hub=$(kubeconfig hub)
+	"$KUBECTL" --kubeconfig "$hub" -n "$HUB_NS" create secret generic "$c-kubeconfig" \
+		--from-file=kubeconfig="$(kubeconfig "$c")" --dry-run=client -o yaml |
+		"$KUBECTL" --kubeconfig "$hub" apply -f - >/dev/null
+	"$KUBECTL" --kubeconfig "$hub" apply -f - >/dev/null <<YAML
+apiVersion: fleetdb.io/v1alpha1
+kind: MemberCluster
+metadata:
+  name: $c
+  labels: {fleetdb.io/sample: "true", region: region-$i, tier: prod}
+spec:
+  kubeconfigSecretRef: {namespace: $HUB_NS, name: $c-kubeconfig, key: kubeconfig}
+YAML
+}
+
+up() {
+	bin
+	mkdir -p "$FLEET_DIR"
+	create hub
+	local i=0
+	for c in $(members); do
+		create "$c"
+		prepare_member "$c"
+	done
+	local hub
+	hub=$(kubeconfig hub)
+	"$KUBECTL" --kubeconfig "$hub" apply -k "$root/deploy/crds" >/dev/null
+	"$KUBECTL" --kubeconfig "$hub" wait --for=condition=Established crd/databases.fleetdb.io crd/memberclusters.fleetdb.io --timeout=60s >/dev/null
+	"$KUBECTL" --kubeconfig "$hub" create namespace "$HUB_NS" --dry-run=client -o yaml | "$KUBECTL" --kubeconfig "$hub" apply -f - >/dev/null
+	for c in $(members); do
+		i=$((i + 1))
+		register "$c" "$i"
+	done
+	echo "fleet: hub and $FLEET_MEMBERS member(s) ready under $FLEET_DIR" >&2
+}
+
+down() {
+	bin
+	for c in hub $(members); do
+		if "$KWOKCTL" get clusters 2>/dev/null | grep -qx "$(cluster_name "$c")"; then
+			"$KWOKCTL" delete cluster --name "$(cluster_name "$c")" --kubeconfig "$(kubeconfig "$c")" >&2 || true
+		fi
+	done
+	# Host-path volumes of our members live in the system temp folder (hard-coded in Kubernetes).
+	rm -rf "${TMPDIR:-/tmp}"/hostpath_pv/pvc-* 2>/dev/null || true
+	rm -rf "$FLEET_DIR"
+	echo "fleet: removed" >&2
+}
+
+envvars() {
+	echo "HUB_KUBECONFIG=$(kubeconfig hub)"
+	local list=""
+	for c in $(members); do list="$list,$c=$(kubeconfig "$c")"; done
+	echo "MEMBER_KUBECONFIGS=${list#,}"
+}
+
+case "${1:-}" in
+up) up ;;
+down) down ;;
+env) envvars ;;
+*)
+	echo "usage: $0 up|down|env" >&2
+	exit 2
+	;;
+esac
