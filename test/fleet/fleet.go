@@ -158,6 +158,9 @@ func StartControlPlane(name, assets string, crds bool) (*ControlPlane, error) {
 		BinaryAssetsDirectory: assets,
 		Scheme:                Scheme,
 		ErrorIfCRDPathMissing: true,
+		// A busy 2-core machine starting several control planes at once needs time.
+		ControlPlaneStartTimeout: 3 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
 	}
 	if crds {
 		env.CRDDirectoryPaths = []string{filepath.Join(RepoRoot(), "deploy", "crds")}

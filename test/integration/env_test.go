@@ -240,6 +240,7 @@ func (s *simulator) run(ctx context.Context) {
 		case <-time.After(100 * time.Millisecond):
 		}
 		for _, m := range s.e.fleet.Members {
+			releasePVCs(ctx, m.Client)
 			if on, _ := s.enabled.Load(m.Name); on != true {
 				continue
 			}
@@ -253,6 +254,26 @@ func (s *simulator) run(ctx context.Context) {
 			cancel()
 		}
 		s.passes.Add(1)
+	}
+}
+
+// releasePVCs plays the PVC protection controller: a deleted claim that no
+// pod uses (envtest runs no pods) loses its protection finalizer.
+func releasePVCs(ctx context.Context, c client.Client) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var list corev1.PersistentVolumeClaimList
+	if err := c.List(cctx, &list); err != nil {
+		return
+	}
+	for i := range list.Items {
+		pvc := &list.Items[i]
+		if pvc.DeletionTimestamp.IsZero() || len(pvc.Finalizers) == 0 {
+			continue
+		}
+		patch := client.MergeFrom(pvc.DeepCopy())
+		pvc.Finalizers = nil
+		_ = c.Patch(cctx, pvc, patch)
 	}
 }
 
