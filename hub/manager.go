@@ -3,7 +3,6 @@ package hub
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -59,9 +58,8 @@ func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.P
 	if hubCfg.QPS == 0 {
 		hubCfg.QPS, hubCfg.Burst = 100, 200
 	}
-	if hubCfg.Timeout == 0 {
-		hubCfg.Timeout = 30 * time.Second
-	}
+	// No rest.Config.Timeout: client-go turns it into http.Client.Timeout,
+	// which would cut every watch. Calls are bounded by their contexts.
 	mgr, err := mcmanager.New(hubCfg, provider, manager.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: orDisabled(cfg.MetricsAddr)},
