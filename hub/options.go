@@ -17,6 +17,8 @@ const (
 	DefaultMemberWorkers = 16
 	// DefaultHubNamespace is where the hub runs.
 	DefaultHubNamespace = "fleetdb-system"
+	// hubReconcileTimeout bounds one Database reconcile (hub calls only).
+	hubReconcileTimeout = 30 * time.Second
 	// statusCoalesceDelay lets a burst of member results fold into one status write.
 	statusCoalesceDelay = 50 * time.Millisecond
 	// teardownPoll is how often a teardown that waits for objects to go is retried.

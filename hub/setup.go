@@ -65,7 +65,11 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 			mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](allDatabases(local.GetClient())),
 			mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)).
 		WatchesRawSource(captureQueue(dbQueue)).
-		WithOptions(controller.TypedOptions[mcreconcile.Request]{MaxConcurrentReconciles: opts.DatabaseWorkers}).
+		WithOptions(controller.TypedOptions[mcreconcile.Request]{
+			MaxConcurrentReconciles: opts.DatabaseWorkers,
+			// Every hub API call of a reconcile is bounded.
+			ReconciliationTimeout: hubReconcileTimeout,
+		}).
 		Complete(dbr)
 	if err != nil {
 		return fmt.Errorf("database controller: %w", err)
@@ -82,7 +86,10 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 			mcbuilder.WithEngageWithLocalCluster(false), mcbuilder.WithEngageWithProviderClusters(true))
 	}
 	err = b.WatchesRawSource(captureQueue(memberQueue)).
-		WithOptions(controller.TypedOptions[mcreconcile.Request]{MaxConcurrentReconciles: opts.MemberWorkers}).
+		WithOptions(controller.TypedOptions[mcreconcile.Request]{
+			MaxConcurrentReconciles: opts.MemberWorkers,
+			ReconciliationTimeout:   opts.MemberCallTimeout,
+		}).
 		Complete(msr)
 	if err != nil {
 		return fmt.Errorf("member sync controller: %w", err)
