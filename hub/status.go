@@ -121,8 +121,7 @@ func computeStatus(in statusInput) fleetv1alpha1.DatabaseStatus {
 	}
 
 	// Placed.
-	switch {
-	case targets == 0:
+	if targets == 0 {
 		msg := "placement selects no member cluster"
 		if len(in.placement.Missing) > 0 {
 			msg += "; not registered: " + names(in.placement.Missing)
@@ -131,7 +130,7 @@ func computeStatus(in statusInput) fleetv1alpha1.DatabaseStatus {
 			msg += "; unschedulable: " + names(in.placement.Cordoned)
 		}
 		set(fleetv1alpha1.ConditionPlaced, metav1.ConditionFalse, fleetv1alpha1.ReasonNoMatchingClusters, msg)
-	default:
+	} else {
 		msg := fmt.Sprintf("placed on %d member(s): %s", targets, names(in.placement.Targets))
 		if len(in.placement.Missing) > 0 {
 			msg += "; not registered: " + names(in.placement.Missing)

@@ -1,12 +1,14 @@
 package fleet
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -29,7 +31,7 @@ type Proxy struct {
 func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
 	p := &Proxy{target: target, conns: map[net.Conn]struct{}{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("proxy: %v", err)
 	}
@@ -64,7 +66,7 @@ func (p *Proxy) Restore() error {
 	if !p.cut {
 		return nil
 	}
-	ln, err := net.Listen("tcp", p.addr)
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", p.addr)
 	if err != nil {
 		return fmt.Errorf("proxy: relisten on %s: %w", p.addr, err)
 	}
@@ -97,7 +99,9 @@ func (p *Proxy) serve(ln net.Listener) {
 }
 
 func (p *Proxy) pipe(in net.Conn) {
-	out, err := net.Dial("tcp", p.target)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	out, err := (&net.Dialer{}).DialContext(ctx, "tcp", p.target)
+	cancel()
 	if err != nil {
 		_ = in.Close()
 		return
