@@ -18,7 +18,7 @@ toolchain: ## Build the pinned control-plane binaries (cached; prints nothing wh
 generate: ## Regenerate deepcopy code, CRDs and RBAC from markers.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./apis/...
 	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=deploy/crds
-	$(CONTROLLER_GEN) rbac:roleName=fleetdb-hub paths=./hub/... output:rbac:artifacts:config=deploy/rbac
+	$(CONTROLLER_GEN) rbac:roleName=fleetdb-hub paths="./hub/...;./clusters/..." output:rbac:artifacts:config=deploy/rbac
 
 .PHONY: build
 build:

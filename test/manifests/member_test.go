@@ -1,0 +1,204 @@
+package manifests
+
+import (
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/member"
+)
+
+const (
+	agentName   = "fleetdb-hub-agent"
+	agentSecret = "fleetdb-hub-agent-token"
+)
+
+// resourceVerbs is everything the hub's identity in a member may do, and all
+// of it is needed: fleetdb's objects in any namespace, the namespace itself
+// only created.
+var resourceVerbs = map[string][]string{
+	"namespaces":                  {"get", "list", "watch", "create"},
+	"secrets":                     manage,
+	"configmaps":                  manage,
+	"services":                    manage,
+	"persistentvolumeclaims":      manage,
+	"apps/statefulsets":           manage,
+	"policy/poddisruptionbudgets": manage,
+}
+
+var manage = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+
+// nonResourceVerbs are the URLs the registry's probe reads.
+var nonResourceVerbs = map[string][]string{"/readyz": {"get"}, "/version": {"get"}}
+
+// kindResources maps the kinds the hub writes into members to resourceVerbs keys.
+var kindResources = map[string]string{
+	"Namespace":             "namespaces",
+	"Secret":                "secrets",
+	"ConfigMap":             "configmaps",
+	"Service":               "services",
+	"PersistentVolumeClaim": "persistentvolumeclaims",
+	"StatefulSet":           "apps/statefulsets",
+	"PodDisruptionBudget":   "policy/poddisruptionbudgets",
+}
+
+func groupResource(key string) (group, res string) {
+	if g, r, ok := strings.Cut(key, "/"); ok {
+		return g, r
+	}
+	return "", key
+}
+
+func TestMemberBase(t *testing.T) {
+	objs := render(t, "deploy/member")
+
+	t.Run("identity", func(t *testing.T) {
+		g := NewWithT(t)
+		mustFind[*corev1.Namespace](t, objs, "", hubNamespace)
+		mustFind[*corev1.ServiceAccount](t, objs, hubNamespace, agentName)
+		g.Expect(boundClusterRoles(objs, hubNamespace, agentName)).To(ConsistOf(agentName))
+		g.Expect(all[*rbacv1.RoleBinding](objs)).To(BeEmpty(), "the member identity has no namespaced grants")
+		g.Expect(all[*rbacv1.Role](objs)).To(BeEmpty())
+
+		s := mustFind[*corev1.Secret](t, objs, hubNamespace, agentSecret)
+		g.Expect(s.Type).To(Equal(corev1.SecretTypeServiceAccountToken))
+		g.Expect(s.Annotations).To(HaveKeyWithValue(corev1.ServiceAccountNameKey, agentName))
+		g.Expect(s.Data).To(BeEmpty(), "the member's token controller fills the token in")
+	})
+
+	t.Run("least privilege", func(t *testing.T) {
+		g := NewWithT(t)
+		roles := all[*rbacv1.ClusterRole](objs)
+		g.Expect(roles).To(HaveLen(1))
+		role := mustFind[*rbacv1.ClusterRole](t, objs, "", agentName)
+		expectNoWildcards(g, "member ClusterRole", role.Rules)
+		expectNoEscalation(g, "member ClusterRole", role.Rules)
+
+		for i, r := range role.Rules {
+			g.Expect(r.ResourceNames).To(BeEmpty(), "rule %d: fleetdb's objects have any name", i)
+			if len(r.NonResourceURLs) > 0 {
+				g.Expect(r.APIGroups).To(BeEmpty(), "rule %d mixes URLs and resources", i)
+				g.Expect(r.Resources).To(BeEmpty(), "rule %d mixes URLs and resources", i)
+				for _, u := range r.NonResourceURLs {
+					g.Expect(nonResourceVerbs).To(HaveKey(u), "rule %d: URL %s is not needed", i, u)
+					g.Expect(nonResourceVerbs[u]).To(ContainElements(r.Verbs), "rule %d: verbs on %s", i, u)
+				}
+				continue
+			}
+			for _, grp := range r.APIGroups {
+				for _, res := range r.Resources {
+					key := res
+					if grp != "" {
+						key = grp + "/" + res
+					}
+					g.Expect(resourceVerbs).To(HaveKey(key), "rule %d: %s is not a kind fleetdb manages", i, key)
+					g.Expect(resourceVerbs[key]).To(ContainElements(r.Verbs), "rule %d: verbs on %s", i, key)
+				}
+			}
+		}
+		// ... and everything listed is granted.
+		for key, verbs := range resourceVerbs {
+			grp, res := groupResource(key)
+			for _, v := range verbs {
+				g.Expect(allows(role.Rules, permission{group: grp, resource: res, verb: v})).To(BeTrue(), "member ClusterRole: %s %s", v, key)
+			}
+		}
+		for u, verbs := range nonResourceVerbs {
+			for _, v := range verbs {
+				g.Expect(allowsURL(role.Rules, u, v)).To(BeTrue(), "member ClusterRole: %s %s", v, u)
+			}
+		}
+		// Things the hub must never be able to do in a member.
+		for _, p := range []permission{
+			{resource: "namespaces", verb: "delete"},
+			{resource: "namespaces", verb: "update"},
+			{resource: "pods", verb: "get"},
+			{resource: "nodes", verb: "list"},
+			{resource: "serviceaccounts", verb: "create"},
+			{group: "apps", resource: "deployments", verb: "create"},
+			{group: "apps", resource: "statefulsets/status", verb: "update"},
+		} {
+			g.Expect(allows(role.Rules, p)).To(BeFalse(), "member ClusterRole must not allow %s %s (group %q)", p.verb, p.resource, p.group)
+		}
+	})
+
+	// The ClusterRole covers what the hub's code really writes: render a
+	// Database of each engine as the hub does and check every kind.
+	t.Run("covers member.Render", func(t *testing.T) {
+		g := NewWithT(t)
+		role := mustFind[*rbacv1.ClusterRole](t, objs, "", agentName)
+		for _, engine := range []fleetv1alpha1.Engine{fleetv1alpha1.EnginePostgres, fleetv1alpha1.EngineMySQL} {
+			db := &fleetv1alpha1.Database{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "orders", UID: types.UID("0f3c1a52-2b1e-4c55-9a43-8d1b7c3e9f10"), Generation: 1},
+				Spec: fleetv1alpha1.DatabaseSpec{
+					Engine: engine, Replicas: 3, Storage: fleetv1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
+					Placement: fleetv1alpha1.PlacementSpec{ClusterNames: []string{"member-1"}},
+				},
+			}
+			rendered, err := member.Render(member.Params{
+				Database: db, Cluster: "member-1",
+				Credentials: map[string][]byte{member.CredentialsUsernameKey: []byte("app"), member.CredentialsPasswordKey: []byte("secret-pw")},
+			})
+			g.Expect(err).NotTo(HaveOccurred(), "rendering a %s Database", engine)
+			kinds := []string{}
+			for _, o := range rendered {
+				kind := o.GetObjectKind().GroupVersionKind().Kind
+				kinds = append(kinds, kind)
+				if sts, ok := o.(*appsv1.StatefulSet); ok && len(sts.Spec.VolumeClaimTemplates) > 0 {
+					// Their PVCs are listed, patched (Orphan) and deleted on teardown.
+					kinds = append(kinds, "PersistentVolumeClaim")
+				}
+			}
+			g.Expect(kinds).To(ContainElements("StatefulSet", "PodDisruptionBudget", "PersistentVolumeClaim"))
+			for _, kind := range kinds {
+				key, ok := kindResources[kind]
+				g.Expect(ok).To(BeTrue(), "the hub writes %s into members: grant it in deploy/member/cluster_role.yaml and list it in this test", kind)
+				grp, res := groupResource(key)
+				for _, v := range resourceVerbs[key] {
+					g.Expect(allows(role.Rules, permission{group: grp, resource: res, verb: v})).To(BeTrue(), "%s %s", v, key)
+				}
+			}
+		}
+	})
+}
+
+// TestJoinMemberScript keeps hack/join-member.sh consistent with deploy/member
+// and free of shell errors.
+func TestJoinMemberScript(t *testing.T) {
+	g := NewWithT(t)
+	script := readFile(t, "hack/join-member.sh")
+	g.Expect(strings.HasPrefix(script, "#!/usr/bin/env bash\n")).To(BeTrue(), "a bash script")
+	g.Expect(strings.Contains(script, `-k "$root/deploy/member"`)).To(BeTrue(), "it applies deploy/member")
+	g.Expect(regexp.MustCompile(`(?m)^secret=`+regexp.QuoteMeta(agentSecret)+`$`).MatchString(script)).To(BeTrue(), "it waits for deploy/member's token Secret")
+	g.Expect(strings.Contains(script, `"$name-kubeconfig"`)).To(BeTrue(), "the Secret name the samples and docs use")
+	g.Expect(strings.Contains(script, "kubeconfig=")).To(BeTrue(), "the Secret key the MemberCluster points at")
+	for _, opt := range []string{"--name", "--member-kubeconfig", "--hub-kubeconfig", "--labels", "--server"} {
+		g.Expect(strings.Contains(script, opt+")")).To(BeTrue(), "option %s", opt)
+	}
+	g.Expect(strings.Contains(script, "${KUBECTL:-kubectl}")).To(BeTrue())
+
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	out, err := exec.Command(bash, "-n", path(t, "hack/join-member.sh")).CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), "bash -n: %s", out)
+	if sc, err := exec.LookPath("shellcheck"); err == nil {
+		out, err := exec.Command(sc, path(t, "hack/join-member.sh")).CombinedOutput()
+		g.Expect(err).NotTo(HaveOccurred(), "shellcheck: %s", out)
+	} else {
+		t.Log("shellcheck not installed; only bash -n ran")
+	}
+	g.Expect(slices.Contains(strings.Fields(script), "eval")).To(BeFalse(), "no eval of user input")
+}
