@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,14 +45,18 @@ type databaseReconciler struct {
 	members *queueRef
 	// now is replaceable in tests.
 	now func() time.Time
+	// tracer starts the Database.Reconcile spans; nil when tracing is off.
+	tracer trace.Tracer
 }
 
 // Reconcile implements the hub's reconcile contract: read, validate, act, status.
-func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
+func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (res ctrl.Result, err error) {
 	if req.ClusterName != "" {
 		return ctrl.Result{}, nil
 	}
 	key := req.NamespacedName
+	ctx, span := r.startReconcileSpan(ctx, key)
+	defer func() { endReconcileSpan(span, res, err) }()
 	log := ctrl.LoggerFrom(ctx).WithValues("database", key.String())
 	ctx = ctrl.LoggerInto(ctx, log)
 
@@ -153,7 +158,7 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		targets:    targets,
 		teardown:   teardown,
 	}
-	r.state.setPlan(key, p)
+	r.publish(ctx, key, p)
 	for name := range targets {
 		r.members.add(name, key)
 	}
@@ -220,7 +225,7 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, db *fleetv1alp
 		return ctrl.Result{}, nil
 	}
 
-	r.state.setPlan(key, &plan{uid: db.UID, generation: db.Generation, policy: db.Spec.DeletionPolicy, teardown: pending})
+	r.publish(ctx, key, &plan{uid: db.UID, generation: db.Generation, policy: db.Spec.DeletionPolicy, teardown: pending})
 	for name := range pending {
 		r.members.add(name, key)
 	}
@@ -307,6 +312,7 @@ func (r *databaseReconciler) dropFinalizer(ctx context.Context, db *fleetv1alpha
 // writeStatus patches the status only when it changed: a steady fleet writes nothing.
 func (r *databaseReconciler) writeStatus(ctx context.Context, db *fleetv1alpha1.Database, st fleetv1alpha1.DatabaseStatus) error {
 	if apiequality.Semantic.DeepEqual(db.Status, st) {
+		statusComputed(ctx, db, db.Status.Phase, st, false)
 		return nil
 	}
 	now := r.now()
@@ -316,6 +322,7 @@ func (r *databaseReconciler) writeStatus(ctx context.Context, db *fleetv1alpha1.
 			st.Clusters[i].LastSyncTime = &t
 		}
 	}
+	prev := db.Status.Phase
 	patch := client.MergeFrom(db.DeepCopy())
 	db.Status = st
 	if err := r.hub.Status().Patch(ctx, db, patch); err != nil {
@@ -324,6 +331,7 @@ func (r *databaseReconciler) writeStatus(ctx context.Context, db *fleetv1alpha1.
 		}
 		return fmt.Errorf("writing status: %w", err)
 	}
+	statusComputed(ctx, db, prev, st, true)
 	return nil
 }
 

@@ -3,10 +3,14 @@ package hub
 import (
 	"context"
 	"fmt"
+	"net/http"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
@@ -39,6 +43,12 @@ type Config struct {
 	MetricsAddr, HealthAddr string
 	// LeaderElection turns on leader election in the hub namespace.
 	LeaderElection bool
+	// Logger is the manager's logger, and so the controllers'; the zero
+	// value is controller-runtime's global one (ctrl.SetLogger).
+	Logger logr.Logger
+	// SkipControllerNameValidation lets several hubs run in one process
+	// (tests): controller names are otherwise unique per process, for metrics.
+	SkipControllerNameValidation bool
 }
 
 // NewManager builds a multicluster manager with the registry provider and
@@ -52,9 +62,19 @@ func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.P
 	reg := cfg.Registry
 	reg.Scheme = scheme
 	reg.ClusterOptions = append(MemberClusterOptions(), reg.ClusterOptions...)
+	// API calls made inside traced reconciles are client spans of their
+	// trace, in the members and on the hub.
+	wrap := reg.WrapTransport
+	reg.WrapTransport = func(cluster string, rt http.RoundTripper) http.RoundTripper {
+		if wrap != nil {
+			rt = wrap(cluster, rt)
+		}
+		return traceTransport(cluster, rt)
+	}
 	provider := clusters.New(reg)
 
 	hubCfg := rest.CopyConfig(cfg.Hub)
+	hubCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return traceTransport("", rt) })
 	if hubCfg.QPS == 0 {
 		hubCfg.QPS, hubCfg.Burst = 100, 200
 	}
@@ -62,6 +82,8 @@ func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.P
 	// which would cut every watch. Calls are bounded by their contexts.
 	mgr, err := mcmanager.New(hubCfg, provider, manager.Options{
 		Scheme:                        scheme,
+		Logger:                        cfg.Logger,
+		Controller:                    config.Controller{SkipNameValidation: ptr.To(cfg.SkipControllerNameValidation)},
 		Metrics:                       metricsserver.Options{BindAddress: orDisabled(cfg.MetricsAddr)},
 		HealthProbeBindAddress:        orDisabled(cfg.HealthAddr),
 		LeaderElection:                cfg.LeaderElection,

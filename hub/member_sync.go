@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,10 +36,14 @@ type memberSyncReconciler struct {
 	recorder events.EventRecorder
 	// databases enqueues hub Database requests.
 	databases *queueRef
+	// tracer starts the Member.Sync spans; nil when tracing is off.
+	tracer trace.Tracer
+	// lineage tells the syncs that carry a change out from later ones.
+	lineage syncLineage
 }
 
 // Reconcile syncs one Database in one member, bounded by the member call timeout.
-func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
+func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ ctrl.Result, err error) {
 	cluster, key := string(req.ClusterName), req.NamespacedName
 	if cluster == "" {
 		return ctrl.Result{}, nil
@@ -49,12 +54,15 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 	if p == nil {
 		// The Database controller has not planned this Database yet; it
 		// enqueues every member it places once it has.
+		r.lineage.forgetDatabase(key)
 		return ctrl.Result{}, nil
 	}
 	role := p.role(cluster)
 	if role == roleNone {
 		return ctrl.Result{}, nil
 	}
+	ctx, tel := r.startSync(ctx, cluster, key, p, role)
+	defer func() { tel.end(err) }()
 
 	ctx, cancel := context.WithTimeout(ctx, r.opts.MemberCallTimeout)
 	defer cancel()
@@ -62,6 +70,7 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 	if h := r.provider.Health(cluster); !h.Engaged || !h.Ready {
 		// An unreachable member is a condition, not an error storm: the
 		// registry wakes us when it comes back.
+		tel.unreachable(h.Message)
 		r.record(key, cluster, &memberResult{
 			Status:      fleetv1alpha1.ClusterStatus{Name: cluster, Phase: fleetv1alpha1.ClusterPhaseUnreachable, Message: truncate(h.Message)},
 			Unreachable: true,
@@ -70,6 +79,7 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 	}
 	cl, err := r.mgr.GetCluster(ctx, multicluster.ClusterName(cluster))
 	if err != nil {
+		tel.unreachable("member not connected")
 		r.record(key, cluster, &memberResult{
 			Status:      fleetv1alpha1.ClusterStatus{Name: cluster, Phase: fleetv1alpha1.ClusterPhaseUnreachable, Message: "member not connected"},
 			Unreachable: true,
@@ -81,13 +91,16 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 	if role == roleTeardown {
 		done, err := member.Teardown(ctx, c, key.Namespace, key.Name, p.policy)
 		if err != nil {
+			tel.failed(errReasonTeardown, err)
 			r.record(key, cluster, &memberResult{Status: deletingStatus(cluster, "teardown failed, retrying: "+err.Error())})
 			return ctrl.Result{}, err
 		}
 		if !done {
+			tel.finish(outcomeTeardownWaiting)
 			r.record(key, cluster, &memberResult{Status: deletingStatus(cluster, "waiting for objects to be removed")})
 			return ctrl.Result{RequeueAfter: teardownPoll}, nil
 		}
+		tel.finish(outcomeTornDown)
 		r.memo.ForgetDatabase(cluster, key.Namespace, key.Name)
 		r.record(key, cluster, &memberResult{Status: deletingStatus(cluster, "removed"), TornDown: true})
 		return ctrl.Result{}, nil
@@ -96,8 +109,10 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 	db := &fleetv1alpha1.Database{}
 	if err := r.hub.Get(ctx, key, db); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.lineage.forgetDatabase(key)
 			return ctrl.Result{}, nil
 		}
+		tel.failed(errReasonHub, err)
 		return ctrl.Result{}, fmt.Errorf("reading database: %w", err)
 	}
 	if db.UID != p.uid || !db.DeletionTimestamp.IsZero() {
@@ -105,54 +120,69 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 		return ctrl.Result{}, nil
 	}
 
+	outcome := outcomeObserved
 	if role == roleApply && db.Generation == p.generation {
-		if err := r.apply(ctx, cl.GetAPIReader(), c, cluster, db); err != nil {
+		res, err := r.apply(ctx, cl.GetAPIReader(), c, cluster, db, p.traceparent)
+		tel.appliedObjects(res)
+		if err != nil {
 			var conflict *member.ConflictError
 			if errors.As(err, &conflict) {
 				// Terminal until something changes: the member's objects (watched) or the Database.
+				tel.conflict(conflict)
 				r.record(key, cluster, &memberResult{Status: fleetv1alpha1.ClusterStatus{
 					Name: cluster, Phase: fleetv1alpha1.ClusterPhaseConflict, Message: truncate(conflict.Error()),
 				}, HasWorkload: true})
 				return ctrl.Result{}, nil
 			}
+			tel.failed(errReasonApply, err)
 			r.recordFailure(key, cluster, err)
 			return ctrl.Result{}, err
 		}
+		outcome = outcomeSynced
 	}
 
 	st, err := member.Observe(ctx, c, db, cluster)
 	if err != nil {
+		tel.failed(errReasonObserve, err)
 		r.recordFailure(key, cluster, err)
 		return ctrl.Result{}, err
 	}
+	tel.finish(outcome)
 	r.record(key, cluster, &memberResult{Status: st, HasWorkload: st.Phase != fleetv1alpha1.ClusterPhasePending})
 	return ctrl.Result{}, nil
 }
 
-func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c client.Client, cluster string, db *fleetv1alpha1.Database) error {
+// apply renders the Database for the member and applies it; the objects
+// carry traceparent, the change's (see publish).
+func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c client.Client, cluster string, db *fleetv1alpha1.Database, traceparent string) (member.ApplyResult, error) {
 	var creds corev1.Secret
 	if err := r.hub.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: credentialsName(db)}, &creds); err != nil {
-		return fmt.Errorf("reading credentials: %w", err)
+		return member.ApplyResult{}, fmt.Errorf("reading credentials: %w", err)
 	}
 	objs, err := member.Render(member.Params{
 		Database:        db,
 		Cluster:         cluster,
 		Credentials:     creds.Data,
 		ImageRepository: r.opts.ImageRepository,
+		Traceparent:     traceparent,
 	})
 	if err != nil {
-		return fmt.Errorf("rendering: %w", err)
+		return member.ApplyResult{}, fmt.Errorf("rendering: %w", err)
 	}
 	res, err := member.Apply(ctx, cluster, c, live, objs, r.memo)
+	countRestored(cluster, res.Restored)
 	if err != nil {
-		return err
+		return res, err
+	}
+	if len(res.Applied) > 0 {
+		ctrl.LoggerFrom(ctx).Info("applied member objects", "objects", res.Applied, "generation", db.Generation)
 	}
 	if len(res.Restored) > 0 {
 		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "DriftCorrected", "Sync",
 			"member %s: put back objects that were changed or removed there: %v", cluster, res.Restored)
 		ctrl.LoggerFrom(ctx).Info("restored drifted member objects", "objects", res.Restored)
 	}
-	return nil
+	return res, nil
 }
 
 // recordFailure keeps the last observation but marks the member degraded with why.

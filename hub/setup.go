@@ -55,8 +55,10 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 
 	dbr := &databaseReconciler{
 		hub: local.GetClient(), live: local.GetAPIReader(), provider: provider, state: st,
-		opts: opts, recorder: recorder, members: memberQueue, now: time.Now,
+		opts: opts, recorder: recorder, members: memberQueue, now: time.Now, tracer: hubTracer(),
 	}
+	// multicluster-runtime's builder does not take this from the manager's options.
+	skipNames := local.GetControllerOptions().SkipNameValidation
 	hubOnly := []mcbuilder.ForOption{mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)}
 	err := mcbuilder.ControllerManagedBy(mgr).
 		Named("database").
@@ -67,6 +69,7 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 		WatchesRawSource(captureQueue(dbQueue)).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
 			MaxConcurrentReconciles: opts.DatabaseWorkers,
+			SkipNameValidation:      skipNames,
 			// Every hub API call of a reconcile is bounded.
 			ReconciliationTimeout: hubReconcileTimeout,
 		}).
@@ -77,7 +80,7 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 
 	msr := &memberSyncReconciler{
 		mgr: mgr, hub: local.GetClient(), provider: provider, state: st, memo: member.NewMemo(),
-		opts: opts, recorder: recorder, databases: dbQueue,
+		opts: opts, recorder: recorder, databases: dbQueue, tracer: hubTracer(),
 	}
 	b := mcbuilder.ControllerManagedBy(mgr).Named("member-sync")
 	for _, obj := range memberKinds() {
@@ -89,11 +92,14 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
 			MaxConcurrentReconciles: opts.MemberWorkers,
 			ReconciliationTimeout:   opts.MemberCallTimeout,
+			SkipNameValidation:      skipNames,
 		}).
 		Complete(msr)
 	if err != nil {
 		return fmt.Errorf("member sync controller: %w", err)
 	}
+
+	fleetGauges.use(&fleetSource{hub: local.GetClient(), state: st, provider: provider})
 
 	sw := &sweeper{mgr: mgr, hub: local.GetClient(), state: st, provider: provider, timeout: opts.MemberCallTimeout, memo: msr.memo}
 	return local.Add(manager.RunnableFunc(func(ctx context.Context) error {

@@ -7,6 +7,7 @@ package integration
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -98,7 +100,20 @@ type env struct {
 	ctx     context.Context
 }
 
+// envOptions tune startEnvWith; the zero value is startEnv's fleet.
+type envOptions struct {
+	// metricsAddr is the hub's metrics endpoint; "" disables it.
+	metricsAddr string
+	// logs, when set, receives the hub's logs as JSON lines (controller-runtime's
+	// global logger is set once per process, so the hub gets its own).
+	logs io.Writer
+}
+
 func startEnv(t *testing.T, members ...string) *env {
+	return startEnvWith(t, envOptions{}, members...)
+}
+
+func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(logWriter{})))
 	f := fleet.Start(t, fleet.Options{Members: members})
 	e := &env{t: t, fleet: f, hub: f.Hub.Client, proxies: map[string]*fleet.Proxy{}, writes: newWriteCounter(), ctx: fleet.Context(t)}
@@ -129,6 +144,10 @@ func startEnv(t *testing.T, members ...string) *env {
 			ConnectTimeout:     10 * time.Second,
 			WrapTransport:      e.writes.wrap,
 		},
+		MetricsAddr: opts.metricsAddr,
+		Logger:      hubLogger(opts.logs),
+		// TestHub, TestMetrics and TestTracing each run a hub in this process.
+		SkipControllerNameValidation: true,
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	done := make(chan struct{})
@@ -294,6 +313,15 @@ func markReady(ctx context.Context, c client.Client, sts *appsv1.StatefulSet) {
 		CurrentReplicas: replicas, UpdatedReplicas: replicas, CurrentRevision: rev, UpdateRevision: rev,
 	}
 	_ = c.Status().Update(ctx, sts)
+}
+
+// hubLogger is a JSON logger to w (and to logWriter), or the zero logger
+// (controller-runtime's global one) when w is nil.
+func hubLogger(w io.Writer) logr.Logger {
+	if w == nil {
+		return logr.Logger{}
+	}
+	return zap.New(zap.UseDevMode(false), zap.WriteTo(io.MultiWriter(w, logWriter{})))
 }
 
 // logWriter shows the hub's logs when FLEETDB_TEST_LOGS is set.

@@ -2,8 +2,10 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"go.uber.org/zap/zapcore"
@@ -14,6 +16,13 @@ import (
 	"github.com/fleetdb/fleetdb/clusters"
 	"github.com/fleetdb/fleetdb/hub"
 )
+
+// version is the hub's version on its traces; set it with
+// -ldflags "-X main.version=v1.2.3", else it comes from the build info.
+var version string
+
+// tracingShutdownTimeout bounds the flush of the last spans on exit.
+const tracingShutdownTimeout = 5 * time.Second
 
 func main() {
 	var (
@@ -49,6 +58,14 @@ func main() {
 	}
 	cfg.Hub = restCfg
 	ctx := ctrl.SetupSignalHandler()
+
+	// Tracing is configured by the OTEL_* environment variables and off
+	// without an endpoint; a bad configuration leaves it off rather than
+	// keeping the hub down.
+	stopTracing, err := hub.SetupTracing(ctx, buildVersion())
+	if err != nil {
+		log.Error(err, "tracing is off: bad OpenTelemetry configuration")
+	}
 	mgr, _, err := hub.NewManager(ctx, cfg)
 	if err != nil {
 		log.Error(err, "setting up the hub")
@@ -58,8 +75,32 @@ func main() {
 	_ = mgr.GetLocalManager().AddReadyzCheck("ping", healthz.Ping)
 	start := time.Now()
 	log.Info("starting fleetdb hub", "hubNamespace", cfg.Options.HubNamespace)
-	if err := mgr.Start(ctx); err != nil {
+	err = mgr.Start(ctx)
+	// The last spans go out before the process does.
+	sctx, cancel := context.WithTimeout(context.Background(), tracingShutdownTimeout)
+	if serr := stopTracing(sctx); serr != nil {
+		log.Error(serr, "flushing the last spans")
+	}
+	cancel()
+	if err != nil {
 		log.Error(err, "hub stopped with an error", "uptime", time.Since(start).String())
 		os.Exit(1)
 	}
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if v := info.Main.Version; v != "" && v != "(devel)" {
+			return v
+		}
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return "dev"
 }

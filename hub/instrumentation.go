@@ -1,0 +1,336 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/member"
+)
+
+// Outcomes: the AttrOutcome of spans and the outcome label of
+// fleetdb_member_sync_duration_seconds.
+const (
+	// A Database reconcile: done, done but looks again later (a teardown
+	// waiting on an unreachable member), failed and retried, or failed
+	// for good until something changes.
+	outcomeOK       = "ok"
+	outcomeRequeue  = "requeue"
+	outcomeError    = "error"
+	outcomeTerminal = "terminal"
+
+	// A member sync: applied the current generation and observed it;
+	// observed only (rollout hold, or the plan is behind the Database);
+	// removed everything; removal still in progress; refused because of an
+	// object fleetdb does not own; member unreachable; failed (outcomeError,
+	// see the reason); nothing to do (the plan is stale or the Database gone,
+	// not counted in the histogram).
+	outcomeSynced          = "synced"
+	outcomeObserved        = "observed"
+	outcomeTornDown        = "torn_down"
+	outcomeTeardownWaiting = "teardown_waiting"
+	outcomeConflict        = "conflict"
+	outcomeUnreachable     = "unreachable"
+	outcomeSkipped         = "skipped"
+)
+
+func (r memberRole) String() string {
+	switch r {
+	case roleApply:
+		return "apply"
+	case roleHold:
+		return "hold"
+	case roleTeardown:
+		return "teardown"
+	}
+	return "none"
+}
+
+// startReconcileSpan starts the span of one hub Database reconcile, a root:
+// what triggered it (a user's edit, a member's report) is not known here.
+// The ids go into the context's logger. Without a tracer (tracing off) it
+// does nothing.
+func (r *databaseReconciler) startReconcileSpan(ctx context.Context, key types.NamespacedName) (context.Context, trace.Span) {
+	if r.tracer == nil {
+		return ctx, noopSpan
+	}
+	ctx, span := r.tracer.Start(ctx, SpanDatabaseReconcile, trace.WithNewRoot())
+	if span.IsRecording() {
+		span.SetAttributes(
+			AttrDatabaseNamespace.String(key.Namespace),
+			AttrDatabaseName.String(key.Name),
+			AttrReconcileID.String(string(controller.ReconcileIDFromContext(ctx))),
+		)
+	}
+	return withSpanLogger(ctx, span), span
+}
+
+// endReconcileSpan records how the reconcile ended and ends its span.
+func endReconcileSpan(span trace.Span, res ctrl.Result, err error) {
+	if span.IsRecording() {
+		outcome := outcomeOK
+		switch {
+		case errors.Is(err, reconcile.TerminalError(nil)):
+			outcome = outcomeTerminal
+		case err != nil:
+			outcome = outcomeError
+		case res.RequeueAfter > 0:
+			outcome = outcomeRequeue
+		}
+		span.SetAttributes(AttrOutcome.String(outcome))
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
+}
+
+// publish hands a plan to the member syncs with the traceparent of the
+// change it belongs to. A plan for a new generation, a new placement or the
+// start of a deletion starts a change: the current reconcile's span is its
+// trace, the parent of the member syncs that carry it out and the
+// traceparent the member objects they write carry. Later reconciles of the
+// same change (woken by member reports, requeues) keep that traceparent and
+// link their span to it, so a change stays one trace however many passes
+// it takes.
+func (r *databaseReconciler) publish(ctx context.Context, key types.NamespacedName, p *plan) {
+	span := trace.SpanFromContext(ctx)
+	change := changeNew
+	if prev := r.state.plan(key); prev != nil && prev.traceparent != "" && sameChange(prev, p) {
+		p.traceparent, change = prev.traceparent, changeContinued
+	} else {
+		p.traceparent = traceparentOf(span.SpanContext())
+	}
+	if span.IsRecording() {
+		span.SetAttributes(
+			AttrDatabaseUID.String(string(p.uid)),
+			AttrDatabaseGeneration.Int64(p.generation),
+			AttrMembersPlanned.Int(len(p.targets)),
+			AttrMembersTeardown.Int(len(p.teardown)),
+			AttrChange.String(change),
+		)
+		if change == changeContinued {
+			span.AddLink(trace.Link{SpanContext: spanContextOf(p.traceparent)})
+		}
+	}
+	r.state.setPlan(key, p)
+}
+
+// sameChange: same Database, generation and placement; a deletion plan (no
+// targets at all) is another change than any placement.
+func sameChange(a, b *plan) bool {
+	return a.uid == b.uid && a.generation == b.generation &&
+		(a.targets == nil) == (b.targets == nil) && maps.Equal(a.targets, b.targets)
+}
+
+// statusComputed notes the phase on the reconcile's span, and logs a status
+// write: at Info when the phase changes, else at V(1).
+func statusComputed(ctx context.Context, db *fleetv1alpha1.Database, prev fleetv1alpha1.Phase, st fleetv1alpha1.DatabaseStatus, written bool) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(AttrDatabasePhase.String(string(st.Phase)), AttrDatabaseGeneration.Int64(db.Generation))
+	}
+	if !written {
+		return
+	}
+	log := ctrl.LoggerFrom(ctx)
+	if prev == st.Phase {
+		log = log.V(1)
+	}
+	log.Info("Database status updated", "phase", st.Phase, "previousPhase", prev,
+		"readyClusters", st.ReadyClusters, "targetClusters", st.TargetClusters, "generation", db.Generation)
+}
+
+// memberSync instruments one member sync: its span, the trace ids in its
+// logger, its metrics. The sync says how it went (unreachable, conflict,
+// failed, finished); end reports it.
+type memberSync struct {
+	span        trace.Span
+	start       time.Time
+	cluster     string
+	key         types.NamespacedName
+	role        memberRole
+	traceparent string
+	lineage     *syncLineage
+
+	outcome string
+	// reason is the fleetdb_member_sync_errors_total reason of a failed sync.
+	reason string
+	// message says why a sync that returns no error still failed.
+	message           string
+	applied, restored int
+}
+
+// startSync starts the Member.Sync span. The first sync that carries out a
+// change's role in the member (apply, hold or teardown; retries included) is
+// a child of the change's Database.Reconcile span, so the change's trace
+// shows the hub reconcile and its fan-out. Later syncs of the same change
+// (woken by member events: readiness, drift) start their own trace with a
+// link to the change, so a long-lived change's trace does not grow forever.
+func (r *memberSyncReconciler) startSync(ctx context.Context, cluster string, key types.NamespacedName, p *plan, role memberRole) (context.Context, memberSync) {
+	tracer := r.tracer
+	span := noopSpan
+	switch parent := spanContextOf(p.traceparent); {
+	case tracer == nil:
+		// Tracing is off.
+	case !parent.IsValid():
+		ctx, span = tracer.Start(ctx, SpanMemberSync)
+	case r.lineage.first(key, cluster, p.traceparent, role):
+		ctx, span = tracer.Start(trace.ContextWithRemoteSpanContext(ctx, parent), SpanMemberSync)
+	default:
+		ctx, span = tracer.Start(ctx, SpanMemberSync, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: parent}))
+	}
+	if span.IsRecording() {
+		span.SetAttributes(
+			AttrCluster.String(cluster),
+			AttrDatabaseNamespace.String(key.Namespace),
+			AttrDatabaseName.String(key.Name),
+			AttrDatabaseGeneration.Int64(p.generation),
+			AttrRole.String(role.String()),
+			AttrReconcileID.String(string(controller.ReconcileIDFromContext(ctx))),
+		)
+	}
+	s := memberSync{span: span, start: time.Now(), cluster: cluster, key: key, role: role, traceparent: p.traceparent, lineage: &r.lineage}
+	return withSpanLogger(ctx, span), s
+}
+
+// unreachable: the member could not be reached; the sync records it and stops.
+func (s *memberSync) unreachable(msg string) {
+	s.outcome, s.reason, s.message = outcomeUnreachable, errReasonUnreachable, msg
+}
+
+// conflict: an object fleetdb does not own blocks the member.
+func (s *memberSync) conflict(err error) {
+	s.outcome, s.reason, s.message = outcomeConflict, errReasonConflict, err.Error()
+}
+
+// failed: the sync returns err; reason is the step that failed, unless the
+// error says the member could not be reached.
+func (s *memberSync) failed(reason string, err error) {
+	s.outcome, s.reason = outcomeError, reason
+	if isUnreachable(err) {
+		s.reason = errReasonUnreachable
+	}
+}
+
+// finish: the sync ended with outcome.
+func (s *memberSync) finish(outcome string) { s.outcome = outcome }
+
+// appliedObjects notes what member.Apply wrote.
+func (s *memberSync) appliedObjects(res member.ApplyResult) {
+	s.applied, s.restored = len(res.Applied), len(res.Restored)
+}
+
+// end records the sync's metrics and ends its span.
+func (s *memberSync) end(err error) {
+	if err != nil && s.outcome != outcomeError {
+		s.failed(s.role.String(), err)
+	}
+	if s.outcome == "" {
+		s.outcome = outcomeSkipped
+	}
+	if s.outcome != outcomeSkipped {
+		memberSyncDuration.WithLabelValues(s.cluster, s.outcome).Observe(time.Since(s.start).Seconds())
+	}
+	if s.reason != "" {
+		memberSyncErrors.WithLabelValues(s.cluster, s.reason).Inc()
+	}
+	switch {
+	case s.outcome == outcomeTornDown:
+		s.lineage.forget(s.key, s.cluster)
+	case s.outcome == outcomeSynced && s.role == roleApply,
+		s.outcome == outcomeObserved && s.role == roleHold:
+		s.lineage.complete(s.key, s.cluster, s.traceparent, s.role)
+	}
+
+	span := s.span
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
+	span.SetAttributes(AttrOutcome.String(s.outcome), AttrObjectsApplied.Int(s.applied), AttrObjectsRestored.Int(s.restored))
+	switch {
+	case err != nil:
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	case s.message != "":
+		span.SetStatus(codes.Error, s.message)
+	}
+	span.End()
+}
+
+// isUnreachable tells errors of a member that cannot be reached (network,
+// timeouts) from errors of the request itself.
+func isUnreachable(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsServiceUnavailable(err)
+}
+
+// syncLineage remembers, per Database and member, the change (traceparent)
+// and role the member last completed, so that only the syncs that carry a
+// change out join its trace. Entries go when the member is torn down or the
+// Database is gone. The zero value is ready to use.
+type syncLineage struct {
+	mu   sync.Mutex
+	done map[types.NamespacedName]map[string]lineageMark
+}
+
+type lineageMark struct {
+	traceparent string
+	role        memberRole
+}
+
+// first reports whether the member has not completed role for the change yet.
+func (l *syncLineage) first(db types.NamespacedName, cluster, traceparent string, role memberRole) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.done[db][cluster] != lineageMark{traceparent, role}
+}
+
+func (l *syncLineage) complete(db types.NamespacedName, cluster, traceparent string, role memberRole) {
+	if traceparent == "" {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		l.done = map[types.NamespacedName]map[string]lineageMark{}
+	}
+	m := l.done[db]
+	if m == nil {
+		m = map[string]lineageMark{}
+		l.done[db] = m
+	}
+	m[cluster] = lineageMark{traceparent, role}
+}
+
+func (l *syncLineage) forget(db types.NamespacedName, cluster string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.done[db], cluster)
+	if len(l.done[db]) == 0 {
+		delete(l.done, db)
+	}
+}
+
+// forgetDatabase drops every member of a Database that is gone.
+func (l *syncLineage) forgetDatabase(db types.NamespacedName) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.done, db)
+}

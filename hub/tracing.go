@@ -1,0 +1,299 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.39.0"
+	"go.opentelemetry.io/otel/trace"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// DefaultServiceName is the service.name of the hub's spans unless
+// OTEL_SERVICE_NAME (or service.name in OTEL_RESOURCE_ATTRIBUTES) says otherwise.
+const DefaultServiceName = "fleetdb-hub"
+
+// instrumentationName is the instrumentation scope of fleetdb's spans.
+const instrumentationName = "github.com/fleetdb/fleetdb/hub"
+
+// Span names.
+const (
+	// SpanDatabaseReconcile is the span of one hub Database reconcile.
+	SpanDatabaseReconcile = "Database.Reconcile"
+	// SpanMemberSync is the span of one member sync (one Database in one member).
+	SpanMemberSync = "Member.Sync"
+)
+
+// Span attributes of fleetdb's spans.
+const (
+	AttrDatabaseNamespace  = attribute.Key("fleetdb.database.namespace")
+	AttrDatabaseName       = attribute.Key("fleetdb.database.name")
+	AttrDatabaseUID        = attribute.Key("fleetdb.database.uid")
+	AttrDatabaseGeneration = attribute.Key("fleetdb.database.generation")
+	// AttrDatabasePhase is the phase the reconcile computed for the Database.
+	AttrDatabasePhase = attribute.Key("fleetdb.database.phase")
+	// AttrMembersPlanned is the number of members the Database is placed on.
+	AttrMembersPlanned = attribute.Key("fleetdb.members.planned")
+	// AttrMembersTeardown is the number of members it is being removed from.
+	AttrMembersTeardown = attribute.Key("fleetdb.members.teardown")
+	// AttrChange is "new" when the reconcile starts a change (a new
+	// generation or placement: its trace is the one member syncs and member
+	// objects carry) and "continued" when it works on the current change,
+	// which its span then links to.
+	AttrChange = attribute.Key("fleetdb.change")
+	// AttrCluster is the member cluster of a member sync (and of a member API call).
+	AttrCluster = attribute.Key("fleetdb.cluster")
+	// AttrRole is what the member sync does: apply, hold (observe only) or teardown.
+	AttrRole = attribute.Key("fleetdb.member.role")
+	// AttrObjectsApplied and AttrObjectsRestored count member objects written
+	// and, among them, those put back after drift.
+	AttrObjectsApplied  = attribute.Key("fleetdb.objects.applied")
+	AttrObjectsRestored = attribute.Key("fleetdb.objects.restored")
+	// AttrOutcome is how the reconcile or sync ended (see the outcome* constants).
+	AttrOutcome = attribute.Key("fleetdb.outcome")
+	// AttrReconcileID is controller-runtime's reconcileID, also on every log line.
+	AttrReconcileID = attribute.Key("fleetdb.reconcile_id")
+)
+
+// Values of AttrChange.
+const (
+	changeNew       = "new"
+	changeContinued = "continued"
+)
+
+// SetupTracing configures OpenTelemetry tracing from the standard OTEL_*
+// environment variables and returns the function that flushes and stops it.
+//
+//   - OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT turns
+//     tracing on; without either (or with OTEL_SDK_DISABLED=true or
+//     OTEL_TRACES_EXPORTER=none) the global tracer provider stays the no-op
+//     one and tracing costs nothing.
+//   - OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL picks
+//     the exporter: "grpc" or "http/protobuf" (the default, as the
+//     OpenTelemetry specification says). Headers, TLS, compression and timeout
+//     come from the exporters' own OTEL_EXPORTER_OTLP_* variables.
+//   - OTEL_SERVICE_NAME (default DefaultServiceName) and
+//     OTEL_RESOURCE_ATTRIBUTES extend the resource, which also names the hub
+//     instance (POD_NAME or the host name) and version.
+//   - OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG choose the sampler
+//     (default parentbased_always_on); OTEL_BSP_* tune the batch processor.
+//
+// Spans are exported in the background by a batch span processor that drops
+// spans rather than wait when its queue is full, so an unreachable collector
+// never slows a reconcile down. The W3C tracecontext (and baggage)
+// propagator is installed in every case.
+func SetupTracing(ctx context.Context, version string) (shutdown func(context.Context) error, err error) {
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	off := func(context.Context) error { return nil }
+	if !tracingRequested() {
+		return off, nil
+	}
+	exp, err := newTraceExporter(ctx)
+	if err != nil {
+		return off, err
+	}
+	res, err := tracingResource(ctx, version)
+	if err != nil {
+		return off, err
+	}
+	log := ctrl.Log.WithName("otel")
+	otel.SetLogger(log)
+	otel.SetErrorHandler(&throttledErrorHandler{log: log, every: time.Minute})
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	otel.SetTracerProvider(tp)
+	return tp.Shutdown, nil
+}
+
+func tracingRequested() bool {
+	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") || strings.EqualFold(os.Getenv("OTEL_TRACES_EXPORTER"), "none") {
+		return false
+	}
+	return os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
+}
+
+// newTraceExporter builds the OTLP exporter of the configured protocol; the
+// exporters read their endpoint and settings from the environment. Neither
+// connects here: a collector that is down at start is no start-up error.
+func newTraceExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
+	protocol := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if protocol == "" {
+		protocol = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	switch protocol {
+	case "grpc":
+		exp, err := otlptracegrpc.New(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("creating the OTLP/gRPC trace exporter: %w", err)
+		}
+		return exp, nil
+	case "", "http/protobuf":
+		exp, err := otlptracehttp.New(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("creating the OTLP/HTTP trace exporter: %w", err)
+		}
+		return exp, nil
+	default:
+		return nil, fmt.Errorf("OTLP protocol %q is not supported: use grpc or http/protobuf", protocol)
+	}
+}
+
+// tracingResource describes the hub: defaults first, so that the
+// environment (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) overrides them.
+func tracingResource(ctx context.Context, version string) (*resource.Resource, error) {
+	host, _ := os.Hostname()
+	instance := os.Getenv("POD_NAME")
+	if instance == "" {
+		instance = host
+	}
+	attrs := []attribute.KeyValue{semconv.ServiceName(DefaultServiceName)}
+	if version != "" {
+		attrs = append(attrs, semconv.ServiceVersion(version))
+	}
+	if instance != "" {
+		attrs = append(attrs, semconv.ServiceInstanceID(instance))
+	}
+	if host != "" {
+		attrs = append(attrs, semconv.HostName(host))
+	}
+	if pod := os.Getenv("POD_NAME"); pod != "" {
+		attrs = append(attrs, semconv.K8SPodName(pod))
+	}
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		attrs = append(attrs, semconv.K8SNamespaceName(ns))
+	}
+	res, err := resource.New(ctx,
+		resource.WithSchemaURL(semconv.SchemaURL),
+		resource.WithAttributes(attrs...),
+		resource.WithFromEnv(),
+		resource.WithTelemetrySDK(),
+	)
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
+		return nil, fmt.Errorf("describing the hub for tracing: %w", err)
+	}
+	return res, nil
+}
+
+// throttledErrorHandler logs OpenTelemetry errors (failed exports, mostly)
+// at most once per period, with the number it kept quiet about: a collector
+// that is down must not flood the hub's logs.
+type throttledErrorHandler struct {
+	log interface {
+		Error(err error, msg string, kv ...any)
+	}
+	every time.Duration
+
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+// Handle implements otel.ErrorHandler.
+func (h *throttledErrorHandler) Handle(err error) {
+	h.mu.Lock()
+	now := time.Now()
+	if !h.last.IsZero() && now.Sub(h.last) < h.every {
+		h.suppressed++
+		h.mu.Unlock()
+		return
+	}
+	suppressed := h.suppressed
+	h.last, h.suppressed = now, 0
+	h.mu.Unlock()
+	h.log.Error(err, "OpenTelemetry error (spans may be lost; reconciles are not affected)", "suppressedSinceLast", suppressed)
+}
+
+// defaultTracerProvider is the global provider before anyone installed one.
+var defaultTracerProvider = otel.GetTracerProvider()
+
+// hubTracer is the tracer of fleetdb's spans, from the global provider; nil
+// while none was installed (no OTEL_EXPORTER_OTLP_* endpoint): the
+// reconcilers then skip tracing altogether, so that off costs nothing, not
+// even a no-op span. Tracing is thus decided when the controllers are set
+// up: SetupTracing runs before NewManager.
+func hubTracer() trace.Tracer {
+	tp := otel.GetTracerProvider()
+	if tp == defaultTracerProvider {
+		return nil
+	}
+	return tp.Tracer(instrumentationName)
+}
+
+// noopSpan is the span of a reconcile when tracing is off.
+var noopSpan = trace.SpanFromContext(context.Background())
+
+// traceparentOf renders a span context as a W3C traceparent ("" when invalid).
+func traceparentOf(sc trace.SpanContext) string {
+	if !sc.IsValid() {
+		return ""
+	}
+	return fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
+}
+
+// spanContextOf parses a W3C traceparent; the zero SpanContext when it is not one.
+func spanContextOf(traceparent string) trace.SpanContext {
+	if traceparent == "" {
+		return trace.SpanContext{}
+	}
+	carrier := propagation.MapCarrier{"traceparent": traceparent}
+	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier))
+}
+
+// traceTransport wraps a hub or member transport so that every API call made
+// inside a traced reconcile becomes a client span (named by method and
+// resource, e.g. "PATCH statefulsets", with fleetdb.cluster) and carries the
+// traceparent header. Calls outside a recording span (informers' list and
+// watch, health probes) pass straight through: they would only be noise,
+// one root trace per watch or probe.
+//
+// cluster is the member's name, "" for the hub.
+func traceTransport(cluster string, rt http.RoundTripper) http.RoundTripper {
+	opts := []otelhttp.Option{
+		otelhttp.WithFilter(func(r *http.Request) bool { return trace.SpanFromContext(r.Context()).IsRecording() }),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + apiResource(r.URL.Path) }),
+		otelhttp.WithPropagators(propagation.TraceContext{}),
+	}
+	if cluster != "" {
+		opts = append(opts, otelhttp.WithSpanOptions(trace.WithAttributes(AttrCluster.String(cluster))))
+	}
+	return otelhttp.NewTransport(rt, opts...)
+}
+
+// apiResource names the resource of a Kubernetes API path, with its
+// subresource: /apis/apps/v1/namespaces/a/statefulsets/b/status gives
+// "statefulsets/status". Span names stay low-cardinality: no object names.
+func apiResource(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return path
+	}
+	if len(parts) >= 3 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	switch len(parts) {
+	case 0:
+		return path
+	case 1, 2:
+		return parts[0]
+	default:
+		return parts[0] + "/" + parts[2]
+	}
+}
