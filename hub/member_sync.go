@@ -27,8 +27,10 @@ import (
 // Database controller published, records what it observed in memory and
 // wakes the Database controller when that changed.
 type memberSyncReconciler struct {
-	mgr      mcmanager.Manager
-	hub      client.Client
+	mgr mcmanager.Manager
+	hub client.Client
+	// hubLive reads the hub uncached, for objects the cache may not have yet.
+	hubLive  client.Reader
 	provider *clusters.Provider
 	state    *state
 	memo     *member.Memo
@@ -156,7 +158,13 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 // carry traceparent, the change's (see publish).
 func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c client.Client, cluster string, db *fleetv1alpha1.Database, traceparent string) (member.ApplyResult, error) {
 	var creds corev1.Secret
-	if err := r.hub.Get(ctx, types.NamespacedName{Namespace: db.Namespace, Name: credentialsName(db)}, &creds); err != nil {
+	key := types.NamespacedName{Namespace: db.Namespace, Name: credentialsName(db)}
+	err := r.hub.Get(ctx, key, &creds)
+	if apierrors.IsNotFound(err) {
+		// The Database controller created it a moment ago; the cache may lag.
+		err = r.hubLive.Get(ctx, key, &creds)
+	}
+	if err != nil {
 		return member.ApplyResult{}, fmt.Errorf("reading credentials: %w", err)
 	}
 	objs, err := member.Render(member.Params{

@@ -79,7 +79,7 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 	}
 
 	msr := &memberSyncReconciler{
-		mgr: mgr, hub: local.GetClient(), provider: provider, state: st, memo: member.NewMemo(),
+		mgr: mgr, hub: local.GetClient(), hubLive: local.GetAPIReader(), provider: provider, state: st, memo: member.NewMemo(),
 		opts: opts, recorder: recorder, databases: dbQueue, tracer: hubTracer(),
 	}
 	b := mcbuilder.ControllerManagedBy(mgr).Named("member-sync")

@@ -45,7 +45,31 @@ func testCreate(t *testing.T, e *env) {
 	g := NewWithT(t)
 	ns := e.namespace("create")
 	db := newDB(ns, "orders", "m1", "m2")
+	// Watch every status the hub writes on the way to Ready: a healthy
+	// creation never passes through Degraded.
+	wc, err := client.NewWithWatch(e.fleet.Hub.Config, client.Options{Scheme: fleet.Scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	w, err := wc.Watch(e.ctx, &fleetv1alpha1.DatabaseList{}, client.InNamespace(ns))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer w.Stop()
 	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
+	var phases []fleetv1alpha1.Phase
+	g.Eventually(func() fleetv1alpha1.Phase {
+		for {
+			select {
+			case ev := <-w.ResultChan():
+				if d, ok := ev.Object.(*fleetv1alpha1.Database); ok && d.Status.Phase != "" {
+					phases = append(phases, d.Status.Phase)
+					if d.Status.Phase == fleetv1alpha1.PhaseReady {
+						return d.Status.Phase
+					}
+				}
+			default:
+				return ""
+			}
+		}
+	}).WithTimeout(eventually).WithPolling(poll).Should(Equal(fleetv1alpha1.PhaseReady))
+	g.Expect(phases).NotTo(ContainElement(fleetv1alpha1.PhaseDegraded), "phases on the way to Ready: %v", phases)
 
 	for _, m := range []string{"m1", "m2"} {
 		g.Eventually(func(g Gomega) {
