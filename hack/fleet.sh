@@ -9,6 +9,12 @@
 #
 # Everything lives under FLEET_DIR (default .cache/fleet in the repository,
 # git-ignored). FLEET_MEMBERS (default 2) sets the number of members.
+# FLEET_AUDIT_POLICY (optional) is an audit policy file given to every
+# kube-apiserver the fleet creates (the benchmark counts API writes from the
+# audit log, $KWOK_WORKDIR/clusters/<cluster>/logs/audit.log).
+# FLEET_KWOKCTL_ARGS (optional) are extra flags for every `kwokctl create
+# cluster`, split on spaces (the e2e suite turns kwok's node leases off so a
+# member it stops and starts has its simulated nodes managed again at once).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,13 +35,15 @@ bin() {
 }
 
 create() {
-	local c=$1 kc
+	local c=$1 kc audit=() extra=()
 	kc=$(kubeconfig "$c")
+	if [ -n "${FLEET_AUDIT_POLICY:-}" ]; then audit=(--kube-audit-policy "$FLEET_AUDIT_POLICY"); fi
+	if [ -n "${FLEET_KWOKCTL_ARGS:-}" ]; then read -r -a extra <<<"$FLEET_KWOKCTL_ARGS"; fi
 	if [ -s "$kc" ] && "$KUBECTL" --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1; then
 		echo "fleet: $c is up" >&2
 		return
 	fi
-	if "$KWOKCTL" get clusters 2>/dev/null | grep -qx "$(cluster_name "$c")"; then
+	if "$KWOKCTL" get clusters 2>/dev/null | grep -x -- "$(cluster_name "$c")" >/dev/null; then
 		echo "fleet: starting $c" >&2
 		"$KWOKCTL" start cluster --name "$(cluster_name "$c")" --wait 120s >&2
 	else
@@ -45,6 +53,7 @@ create() {
 			--kube-controller-manager-binary="$BIN/kube-controller-manager" \
 			--kube-scheduler-binary="$BIN/kube-scheduler" --kwok-controller-binary="$BIN/kwok" \
 			--extra-args kube-controller-manager=enable-hostpath-provisioner=true \
+			${audit[@]+"${audit[@]}"} ${extra[@]+"${extra[@]}"} \
 			--kubeconfig "$kc" --wait 120s >&2
 	fi
 	"$KWOKCTL" get kubeconfig --name "$(cluster_name "$c")" >"$kc.tmp" && mv "$kc.tmp" "$kc"
@@ -108,13 +117,22 @@ up() {
 
 down() {
 	bin
+	# Host-path volumes live under /tmp/hostpath_pv (hard-coded in Kubernetes):
+	# remove exactly the ones our members' PersistentVolumes point at.
+	for c in $(members); do
+		local kc
+		kc=$(kubeconfig "$c")
+		[ -s "$kc" ] || continue
+		"$KUBECTL" --kubeconfig "$kc" get pv -o jsonpath='{range .items[*]}{.spec.hostPath.path}{"\n"}{end}' 2>/dev/null |
+			while read -r path; do
+				case "$path" in /tmp/hostpath_pv/?*) rm -rf -- "$path" ;; esac
+			done || true
+	done
 	for c in hub $(members); do
-		if "$KWOKCTL" get clusters 2>/dev/null | grep -qx "$(cluster_name "$c")"; then
+		if "$KWOKCTL" get clusters 2>/dev/null | grep -x -- "$(cluster_name "$c")" >/dev/null; then
 			"$KWOKCTL" delete cluster --name "$(cluster_name "$c")" --kubeconfig "$(kubeconfig "$c")" >&2 || true
 		fi
 	done
-	# Host-path volumes of our members live in the system temp folder (hard-coded in Kubernetes).
-	rm -rf "${TMPDIR:-/tmp}"/hostpath_pv/pvc-* 2>/dev/null || true
 	rm -rf "$FLEET_DIR"
 	echo "fleet: removed" >&2
 }

@@ -31,7 +31,13 @@ func (e errForeignCredentials) Error() string {
 // ensureCredentials returns the Database's credentials, generating them once
 // with crypto/rand into a hub Secret owned by the Database. The same data goes
 // to every member.
-func ensureCredentials(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database) (map[string][]byte, error) {
+//
+// A Database that already runs somewhere never gets a new password: its
+// databases were initialised with the old one. When its hub Secret is gone,
+// recoverFromMembers supplies the copy the members hold; without one the
+// Database stalls with a message instead of silently changing the password.
+func ensureCredentials(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database,
+	recoverFromMembers func() map[string][]byte) (map[string][]byte, error) {
 	var s corev1.Secret
 	key := client.ObjectKey{Namespace: db.Namespace, Name: credentialsName(db)}
 	err := c.Get(ctx, key, &s)
@@ -51,11 +57,18 @@ func ensureCredentials(ctx context.Context, c client.Client, live client.Reader,
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("reading credentials secret: %w", err)
 	}
-	password, err := randomPassword()
-	if err != nil {
-		return nil, err
+	var data map[string][]byte
+	if len(db.Status.Clusters) > 0 {
+		if data = recoverFromMembers(); data == nil {
+			return nil, errLostCredentials{name: key.String()}
+		}
+	} else {
+		password, err := randomPassword()
+		if err != nil {
+			return nil, err
+		}
+		data = map[string][]byte{"username": []byte("app"), "password": []byte(password)}
 	}
-	user := "app"
 	s = corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: key.Namespace,
@@ -67,7 +80,7 @@ func ensureCredentials(ctx context.Context, c client.Client, live client.Reader,
 			},
 		},
 		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{"username": []byte(user), "password": []byte(password)},
+		Data: data,
 	}
 	if err := controllerutil.SetControllerReference(db, &s, c.Scheme()); err != nil {
 		return nil, fmt.Errorf("owning credentials secret: %w", err)
@@ -76,6 +89,15 @@ func ensureCredentials(ctx context.Context, c client.Client, live client.Reader,
 		return nil, fmt.Errorf("creating credentials secret: %w", err)
 	}
 	return s.Data, nil
+}
+
+// errLostCredentials is a terminal error: the hub copy of a running
+// Database's credentials is gone and no member could provide one.
+type errLostCredentials struct{ name string }
+
+func (e errLostCredentials) Error() string {
+	return fmt.Sprintf("credentials secret %s is missing on the hub and no reachable member holds a copy; "+
+		"restore it (a new password would lock clients out of the running databases)", e.name)
 }
 
 func randomPassword() (string, error) {

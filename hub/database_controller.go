@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -93,9 +94,10 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		}
 	}
 
-	if _, err := ensureCredentials(ctx, r.hub, r.live, db); err != nil {
+	if _, err := ensureCredentials(ctx, r.hub, r.live, db, func() map[string][]byte { return r.credentialsFromMembers(ctx, db) }); err != nil {
 		var foreign errForeignCredentials
-		if errors.As(err, &foreign) {
+		var lost errLostCredentials
+		if errors.As(err, &foreign) || errors.As(err, &lost) {
 			if werr := r.writeStatus(ctx, db, stalledStatus(db, fleetv1alpha1.ReasonInvalidSpec, err.Error())); werr != nil {
 				return ctrl.Result{}, werr
 			}
@@ -175,6 +177,7 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		unreachable: r.unreachable,
 		now:         r.now(),
 	})
+	r.memberEvents(db, st)
 	if err := r.writeStatus(ctx, db, st); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -262,13 +265,59 @@ func (r *databaseReconciler) teardownSettled(ctx context.Context, db *fleetv1alp
 	if !db.DeletionTimestamp.IsZero() && db.DeletionTimestamp.After(start) {
 		start = db.DeletionTimestamp.Time
 	}
-	timeout := db.Spec.Teardown.UnreachableTimeout.Duration
+	timeout := db.EffectiveUnreachableTimeout()
 	if left := timeout - r.now().Sub(start); left > 0 {
 		return false, left
 	}
 	r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "TeardownSkipped", "Teardown",
 		"member %s unreachable for longer than %s: no longer blocking; its leftovers are removed when it reconnects", name, timeout)
 	return true, 0
+}
+
+// credentialsFromMembers reads the credentials a member holds for the
+// Database (the same in every member), for a hub Secret that was lost.
+func (r *databaseReconciler) credentialsFromMembers(ctx context.Context, db *fleetv1alpha1.Database) map[string][]byte {
+	for _, c := range db.Status.Clusters {
+		cl, err := r.provider.Get(ctx, multicluster.ClusterName(c.Name))
+		if err != nil {
+			continue
+		}
+		var s corev1.Secret
+		if err := cl.GetClient().Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: credentialsName(db)}, &s); err != nil {
+			continue
+		}
+		l := s.Labels
+		if l[fleetv1alpha1.LabelDatabaseNamespace] != db.Namespace || l[fleetv1alpha1.LabelDatabaseName] != db.Name ||
+			len(s.Data["username"]) == 0 || len(s.Data["password"]) == 0 {
+			continue
+		}
+		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "CredentialsRecovered", "Credentials",
+			"the hub credentials Secret was missing; restored it from member %s", c.Name)
+		return map[string][]byte{"username": s.Data["username"], "password": s.Data["password"]}
+	}
+	return nil
+}
+
+// memberEvents records an Event for every member-level transition worth a
+// human's eye: a member turning unreachable, conflicted or failed, and back.
+func (r *databaseReconciler) memberEvents(db *fleetv1alpha1.Database, next fleetv1alpha1.DatabaseStatus) {
+	prev := map[string]fleetv1alpha1.ClusterPhase{}
+	for _, c := range db.Status.Clusters {
+		prev[c.Name] = c.Phase
+	}
+	bad := func(p fleetv1alpha1.ClusterPhase) bool {
+		return p == fleetv1alpha1.ClusterPhaseUnreachable || p == fleetv1alpha1.ClusterPhaseConflict || p == fleetv1alpha1.ClusterPhaseDegraded
+	}
+	for _, c := range next.Clusters {
+		was, ok := prev[c.Name]
+		switch {
+		case !ok || was == c.Phase:
+		case bad(c.Phase):
+			r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "Member"+string(c.Phase), "Sync", "member %s: %s", c.Name, c.Message)
+		case bad(was) && c.Phase == fleetv1alpha1.ClusterPhaseReady:
+			r.recorder.Eventf(db, nil, corev1.EventTypeNormal, "MemberRecovered", "Sync", "member %s is %s again (was %s)", c.Name, c.Phase, was)
+		}
+	}
 }
 
 func (r *databaseReconciler) registered(ctx context.Context, name string) bool {

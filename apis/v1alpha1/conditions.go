@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "time"
+
 // Finalizers, labels and annotations fleetdb puts on objects.
 const (
 	// TeardownFinalizer is added to a Database before anything is created in a
@@ -140,6 +142,18 @@ const (
 	// DefaultMySQLVersion is used when spec.version is empty for mysql.
 	DefaultMySQLVersion = "8.4"
 )
+
+// DefaultUnreachableTimeout is spec.teardown.unreachableTimeout when unset
+// (the CRD defaults it too; Go clients that send the struct get it here).
+const DefaultUnreachableTimeout = 10 * time.Minute
+
+// EffectiveUnreachableTimeout is spec.teardown.unreachableTimeout, or its default.
+func (d *Database) EffectiveUnreachableTimeout() time.Duration {
+	if t := d.Spec.Teardown.UnreachableTimeout; t != nil {
+		return t.Duration
+	}
+	return DefaultUnreachableTimeout
+}
 
 // EffectiveVersion is the engine version a Database runs: spec.version, or the engine's default.
 func (d *Database) EffectiveVersion() string {

@@ -184,7 +184,7 @@ type TeardownSpec struct {
 	// +kubebuilder:default="10m"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('168h')",message="spec.teardown.unreachableTimeout must be between 0s and 168h"
-	UnreachableTimeout metav1.Duration `json:"unreachableTimeout,omitempty"`
+	UnreachableTimeout *metav1.Duration `json:"unreachableTimeout,omitempty"`
 }
 
 // Phase is the summary phase of a Database.

@@ -145,7 +145,8 @@ func TestValidation(t *testing.T) {
 		g.Expect(db.Spec.Replicas).To(BeEquivalentTo(1))
 		g.Expect(db.Spec.DeletionPolicy).To(Equal(fleetv1alpha1.DeletionPolicyDelete))
 		g.Expect(db.Spec.Rollout.MaxUnavailable).To(BeEquivalentTo(1))
-		g.Expect(db.Spec.Teardown.UnreachableTimeout.Duration).To(Equal(10 * time.Minute))
+		g.Expect(db.EffectiveUnreachableTimeout()).To(Equal(10 * time.Minute))
+		g.Expect(db.Spec.Teardown.UnreachableTimeout).NotTo(BeNil(), "the CRD defaults it")
 		g.Expect(db.EffectiveVersion()).To(Equal(fleetv1alpha1.DefaultPostgresVersion))
 	})
 
@@ -173,7 +174,7 @@ teardown: {unreachableTimeout: 90s}
 		g.Expect(hub.Get(ctx(t), client.ObjectKey{Namespace: "default", Name: "orders"}, &db)).To(Succeed())
 		g.Expect(db.Spec.Replicas).To(BeEquivalentTo(3))
 		g.Expect(db.Spec.Overrides).To(HaveLen(2))
-		g.Expect(db.Spec.Teardown.UnreachableTimeout.Duration).To(Equal(90 * time.Second))
+		g.Expect(db.EffectiveUnreachableTimeout()).To(Equal(90 * time.Second))
 		g.Expect(db.EffectiveVersion()).To(Equal("8.4"))
 	})
 

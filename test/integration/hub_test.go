@@ -34,6 +34,7 @@ func TestHub(t *testing.T) {
 	t.Run("relabelling moves the placement and tears down the dropped member", func(t *testing.T) { testRelabel(t, e) })
 	t.Run("an unowned object is never overwritten and shows Conflict", func(t *testing.T) { testConflict(t, e) })
 	t.Run("drift in a member is put back", func(t *testing.T) { testDrift(t, e) })
+	t.Run("lost hub credentials are recovered, never regenerated", func(t *testing.T) { testCredentialsRecovered(t, e) })
 	t.Run("protected namespaces are refused", func(t *testing.T) { testProtected(t, e) })
 	t.Run("a fleet at rest makes no writes", func(t *testing.T) { testAtRest(t, e) })
 	t.Run("delete removes everything per deletionPolicy", func(t *testing.T) { testDelete(t, e) })
@@ -525,7 +526,7 @@ func testDeleteUnreachable(t *testing.T, e *env) {
 	g := NewWithT(t)
 	ns := e.namespace("unreachable")
 	db := newDB(ns, "events", "m1", "m2", "m3")
-	db.Spec.Teardown.UnreachableTimeout = metav1.Duration{Duration: 3 * time.Second}
+	db.Spec.Teardown.UnreachableTimeout = &metav1.Duration{Duration: 3 * time.Second}
 	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		g.Expect(e.getDB(ns, "events").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
@@ -538,6 +539,19 @@ func testDeleteUnreachable(t *testing.T, e *env) {
 		g.Expect(clusterEntry(db, "m3").Phase).To(Equal(fleetv1alpha1.ClusterPhaseUnreachable))
 		g.Expect(condition(db.Status.Conditions, fleetv1alpha1.ConditionDegraded).Message).To(ContainSubstring("m3"))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+
+	hasEvent := func(reason, text string) func(g Gomega) {
+		return func(g Gomega) {
+			var evs eventsv1List
+			g.Expect(e.hub.List(e.ctx, &evs.EventList, client.InNamespace(ns))).To(Succeed())
+			found := false
+			for _, ev := range evs.Items {
+				found = found || (ev.Reason == reason && contains(ev.Note, text))
+			}
+			g.Expect(found).To(BeTrue(), "no %s event naming %s", reason, text)
+		}
+	}
+	g.Eventually(hasEvent("MemberUnreachable", "m3")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
 	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "events"))).To(Succeed())
 	// The reachable members are cleaned at once.
@@ -571,4 +585,37 @@ func testDeleteUnreachable(t *testing.T, e *env) {
 		g.Expect(e.member("m3").List(e.ctx, &secrets, client.InNamespace(ns), client.MatchingLabels{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue})).To(Succeed())
 		g.Expect(secrets.Items).To(BeEmpty())
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+}
+
+func testCredentialsRecovered(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("credentials")
+	g.Expect(e.hub.Create(e.ctx, newDB(ns, "keys", "m1", "m2"))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getDB(ns, "keys").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	key := client.ObjectKey{Namespace: ns, Name: "keys-credentials"}
+	var original corev1.Secret
+	g.Expect(e.hub.Get(e.ctx, key, &original)).To(Succeed())
+
+	// Someone deletes the hub copy, then the spec changes.
+	g.Expect(e.hub.Delete(e.ctx, &original)).To(Succeed())
+	db := e.getDB(ns, "keys")
+	db.Spec.Replicas = 3
+	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		var restored corev1.Secret
+		g.Expect(e.hub.Get(e.ctx, key, &restored)).To(Succeed())
+		g.Expect(restored.UID).NotTo(Equal(original.UID))
+		g.Expect(restored.Data["password"]).To(Equal(original.Data["password"]))
+		db := e.getDB(ns, "keys")
+		g.Expect(db.Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+		g.Expect(db.Status.ObservedGeneration).To(Equal(db.Generation))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	for _, m := range []string{"m1", "m2"} {
+		var s corev1.Secret
+		g.Expect(e.member(m).Get(e.ctx, key, &s)).To(Succeed())
+		g.Expect(s.Data["password"]).To(Equal(original.Data["password"]), "password changed in %s", m)
+	}
 }

@@ -43,7 +43,7 @@ func TestMetrics(t *testing.T) {
 
 	ns := e.namespace("metrics")
 	db := newDB(ns, "orders", members...)
-	db.Spec.Teardown.UnreachableTimeout = metav1.Duration{Duration: time.Hour}
+	db.Spec.Teardown.UnreachableTimeout = &metav1.Duration{Duration: time.Hour}
 	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		g.Expect(e.getDB(ns, "orders").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))

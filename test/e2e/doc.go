@@ -1,0 +1,13 @@
+// Package e2e is fleetdb's end-to-end suite: the hub binary (or the hub
+// Deployment) against a real fleet of a hub and member clusters.
+//
+// The suite is written the way Cluster API's test/framework is: every
+// behaviour is a spec, func XSpec(ctx, XInput), built from helpers that take
+// Input structs, so the same specs run against the project's local kwok fleet
+// (the default: TestMain brings it up and tears it down), kind, or any
+// existing fleet described by kubeconfigs. See README.md in this folder.
+//
+// The package's non-test files hold the specs (specs.go), the helpers
+// (framework.go) and the local fleet (localfleet.go); e2e_test.go wires them
+// into `go test`.
+package e2e
