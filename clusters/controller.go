@@ -13,11 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
@@ -58,8 +56,10 @@ func (p *Provider) SetupWithManager(ctx context.Context, mgr mcmanager.Manager) 
 
 	err := ctrl.NewControllerManagedBy(local).
 		Named(controllerName).
-		// Our own status writes change no generation: they do not come back.
-		For(&fleetv1alpha1.MemberCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// Status updates come back too: a status pass that read a cache not
+		// yet showing our previous write skips a needed write; the event of
+		// that write arriving runs the pass again against the fresh cache.
+		For(&fleetv1alpha1.MemberCluster{}).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(p.membersForSecret)).
 		// Connects and probes ask for a status pass through this source.
 		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
