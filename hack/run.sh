@@ -2,6 +2,10 @@
 # The main job: bring up the local fleet (a hub and members, no Docker), then
 # run the fleetdb hub against it in the foreground. Ctrl-C stops the hub; the
 # fleet stays up for the next run until `make fleet-down`.
+#
+# TRACING=1 (`make run TRACING=1`) also starts Jaeger (hack/jaeger.sh, in-memory,
+# logs in .cache/fleet/jaeger.log) and sends the hub's traces to it over
+# OTLP/HTTP; Jaeger stops with the hub.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -10,6 +14,23 @@ eval "$(hack/fleet.sh env)"
 mkdir -p bin
 go build -o bin/fleetdb-hub ./hub/cmd/fleetdb-hub
 kubectl="$(hack/toolchain.sh)/kubectl"
+tracing_msg=""
+if [ "${TRACING:-}" = 1 ]; then
+	jaeger=$(hack/jaeger.sh)
+	jaeger_log="${FLEET_DIR:-$root/.cache/fleet}/jaeger.log"
+	"$jaeger" >"$jaeger_log" 2>&1 &
+	jaeger_pid=$!
+	trap 'kill "$jaeger_pid" 2>/dev/null || true; wait "$jaeger_pid" 2>/dev/null || true' EXIT
+	for _ in $(seq 1 60); do
+		curl -fsS -o /dev/null http://127.0.0.1:16686/api/services 2>/dev/null && break
+		kill -0 "$jaeger_pid" 2>/dev/null || { tail -20 "$jaeger_log" >&2; echo "run: Jaeger exited, see $jaeger_log" >&2; exit 1; }
+		sleep 0.5
+	done
+	export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf
+	tracing_msg="Traces: Jaeger at http://127.0.0.1:16686 (logs: $jaeger_log); its API lists the hub's traces:
+  curl 'http://127.0.0.1:16686/api/traces?service=fleetdb-hub&limit=5'
+"
+fi
 cat >&2 <<MSG
 
 fleetdb hub is starting against the local fleet.
@@ -25,8 +46,24 @@ In another terminal:
 
 Member kubeconfigs: $MEMBER_KUBECONFIGS
 Metrics: http://127.0.0.1:${METRICS_PORT:-8080}/metrics
-Stop the hub with Ctrl-C; remove the fleet with: make fleet-down
+${tracing_msg}Stop the hub with Ctrl-C; remove the fleet with: make fleet-down
 
 MSG
-exec bin/fleetdb-hub --kubeconfig "$HUB_KUBECONFIG" --dev-logs \
-	--metrics-bind-address "127.0.0.1:${METRICS_PORT:-8080}" --health-probe-bind-address "127.0.0.1:${HEALTH_PORT:-8081}" "$@"
+hub=(bin/fleetdb-hub --kubeconfig "$HUB_KUBECONFIG" --dev-logs
+	--metrics-bind-address "127.0.0.1:${METRICS_PORT:-8080}" --health-probe-bind-address "127.0.0.1:${HEALTH_PORT:-8081}" "$@")
+if [ "${TRACING:-}" != 1 ]; then
+	exec "${hub[@]}"
+fi
+# With Jaeger to stop afterwards the hub runs as a child (which ignores
+# Ctrl-C's SIGINT, as background jobs of scripts do): a signal to this script
+# stops the hub with SIGTERM, and the EXIT trap stops Jaeger.
+"${hub[@]}" &
+hub_pid=$!
+trap 'kill "$hub_pid" 2>/dev/null || true' INT TERM
+status=0
+wait "$hub_pid" || status=$?
+if kill -0 "$hub_pid" 2>/dev/null; then # the wait was cut short by a signal
+	status=0
+	wait "$hub_pid" || status=$?
+fi
+exit "$status"
