@@ -3,9 +3,9 @@ package member
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
+	"github.com/hashicorp/go-multierror"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -49,14 +49,14 @@ func Teardown(ctx context.Context, c client.Client, namespace, name string, poli
 		return false, fmt.Errorf("teardown %s/%s: unknown deletion policy %q", namespace, name, policy)
 	}
 
-	var errs []error
+	var errs *multierror.Error
 	for _, k := range remove {
-		errs = append(errs, deleteManaged(ctx, c, k, namespace, name))
+		errs = multierror.Append(errs, deleteManaged(ctx, c, k, namespace, name))
 	}
 	for _, k := range release {
-		errs = append(errs, releaseManaged(ctx, c, k, namespace, name))
+		errs = multierror.Append(errs, releaseManaged(ctx, c, k, namespace, name))
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errs.ErrorOrNil(); err != nil {
 		return false, fmt.Errorf("teardown %s/%s: %w", namespace, name, err)
 	}
 
@@ -78,17 +78,17 @@ func deleteManaged(ctx context.Context, c client.Client, k managedKind, namespac
 	if err != nil {
 		return err
 	}
-	var errs []error
+	var errs *multierror.Error
 	for _, obj := range objs {
 		if obj.GetDeletionTimestamp() != nil {
 			continue // already going; deleting again would only be a write
 		}
 		err := c.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground))
 		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("deleting %s: %w", k.describe(obj), err))
+			errs = multierror.Append(errs, fmt.Errorf("deleting %s: %w", k.describe(obj), err))
 		}
 	}
-	return errors.Join(errs...)
+	return errs.ErrorOrNil()
 }
 
 // releaseManaged strips fleetdb's labels from the objects of kind k labelled
@@ -106,12 +106,12 @@ func releaseManaged(ctx context.Context, c client.Client, k managedKind, namespa
 	if err != nil {
 		return err
 	}
-	var errs []error
+	var errs *multierror.Error
 	for _, obj := range objs {
 		err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fleetv1alpha1.FieldManager))
 		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("releasing %s: %w", k.describe(obj), err))
+			errs = multierror.Append(errs, fmt.Errorf("releasing %s: %w", k.describe(obj), err))
 		}
 	}
-	return errors.Join(errs...)
+	return errs.ErrorOrNil()
 }
