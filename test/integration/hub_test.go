@@ -377,15 +377,7 @@ func testDrift(t *testing.T, e *env) {
 		WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
 	// The change is reported as an Event on the Database.
-	g.Eventually(func(g Gomega) {
-		var evs eventsv1List
-		g.Expect(e.hub.List(e.ctx, &evs.EventList, client.InNamespace(ns))).To(Succeed())
-		reasons := []string{}
-		for _, ev := range evs.Items {
-			reasons = append(reasons, ev.Reason)
-		}
-		g.Expect(reasons).To(ContainElement("DriftCorrected"))
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Eventually(e.eventSeen(ns, "DriftCorrected", "m1")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
 
 func testProtected(t *testing.T, e *env) {
@@ -540,18 +532,7 @@ func testDeleteUnreachable(t *testing.T, e *env) {
 		g.Expect(condition(db.Status.Conditions, fleetv1alpha1.ConditionDegraded).Message).To(ContainSubstring("m3"))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
-	hasEvent := func(reason, text string) func(g Gomega) {
-		return func(g Gomega) {
-			var evs eventsv1List
-			g.Expect(e.hub.List(e.ctx, &evs.EventList, client.InNamespace(ns))).To(Succeed())
-			found := false
-			for _, ev := range evs.Items {
-				found = found || (ev.Reason == reason && contains(ev.Note, text))
-			}
-			g.Expect(found).To(BeTrue(), "no %s event naming %s", reason, text)
-		}
-	}
-	g.Eventually(hasEvent("MemberUnreachable", "m3")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Eventually(e.eventSeen(ns, "MemberUnreachable", "m3")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
 	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "events"))).To(Succeed())
 	// The reachable members are cleaned at once.
@@ -564,15 +545,7 @@ func testDeleteUnreachable(t *testing.T, e *env) {
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "events"}, &fleetv1alpha1.Database{}))
 	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
-	g.Eventually(func(g Gomega) {
-		var evs eventsv1List
-		g.Expect(e.hub.List(e.ctx, &evs.EventList, client.InNamespace(ns))).To(Succeed())
-		found := false
-		for _, ev := range evs.Items {
-			found = found || (ev.Reason == "TeardownSkipped" && contains(ev.Note, "m3"))
-		}
-		g.Expect(found).To(BeTrue())
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Eventually(e.eventSeen(ns, "TeardownSkipped", "m3")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	// The leftovers are still in m3 ...
 	g.Expect(e.member("m3").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "events"}, &appsv1.StatefulSet{})).To(Succeed())
 	// ... until it is back.
