@@ -23,13 +23,12 @@ func (e *env) eventSeen(ns, reason, text string) func(g Gomega) {
 	return func(g Gomega) {
 		var evs eventsv1List
 		g.Expect(e.hub.List(e.ctx, &evs.EventList, client.InNamespace(ns))).To(Succeed())
+		found := false
 		var seen []string
 		for _, ev := range evs.Items {
-			if ev.Reason == reason && contains(ev.Note, text) {
-				return
-			}
+			found = found || (ev.Reason == reason && contains(ev.Note, text))
 			seen = append(seen, ev.Reason+": "+ev.Note)
 		}
-		g.Expect(seen).To(BeNil(), "no %s event naming %s among the events", reason, text)
+		g.Expect(found).To(BeTrue(), "no %s event naming %s among %v", reason, text, seen)
 	}
 }
