@@ -1,0 +1,792 @@
+//go:build bench
+
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/member"
+)
+
+const (
+	nsFleet  = "bench-fleetdb" // hub namespace of fleetdb's Databases (and so their member namespace)
+	nsDirect = "bench-direct"  // member namespace of the baseline's objects
+	hubNS    = "fleetdb-system"
+	replicas = int32(2)
+	// directManagedBy replaces app.kubernetes.io/managed-by=fleetdb on the
+	// baseline's objects, so that the hub (whose member caches select that
+	// label, and whose sweeper collects unknown fleetdb objects) never sees them.
+	directManagedBy = "fleetdb-bench-direct"
+	// oneTimeout bounds each wait of the one-at-a-time measurements.
+	oneTimeout = 3 * time.Minute
+)
+
+type bench struct {
+	cfg config
+	rep *Report
+
+	fleet  *fleet
+	scheme *runtime.Scheme
+	hubBin string
+	hub    *hubProcess
+
+	hubCfg  *rest.Config
+	driver  client.Client            // the bench on the hub (user agent fleetdb-bench-driver)
+	direct  map[string]client.Client // the baseline in each member (fleetdb-bench-direct)
+	members []string
+	hosts   map[string]string // API server host:port -> cluster name
+
+	mw    map[string]*memberWatch
+	hw    *hubWatch
+	audit *auditCounter
+	creds map[string][]byte
+
+	watchCancel context.CancelFunc
+	proxy       *slowProxy
+	fleetLog    *os.File
+}
+
+func (b *bench) teardown() {
+	logf("tearing down")
+	if b.watchCancel != nil {
+		b.watchCancel()
+	}
+	if b.hub != nil {
+		b.hub.stop()
+		logf("hub stopped")
+	}
+	if b.proxy != nil {
+		b.proxy.close()
+	}
+	if b.fleet != nil {
+		if err := b.fleet.down(); err != nil {
+			logf("hack/fleet.sh down: %v", err)
+		}
+	}
+	if b.hubBin != "" {
+		_ = os.RemoveAll(filepath.Dir(b.hubBin))
+	}
+	if b.fleetLog != nil {
+		_ = b.fleetLog.Close()
+	}
+}
+
+func (b *bench) run(ctx context.Context) error {
+	cfg := b.cfg
+	b.rep.Config = ReportConfig{
+		Members: cfg.members, Burst: cfg.burst, BurstPlacement: cfg.burstPlacement, BurstWorkers: cfg.burstWorkers,
+		Samples: cfg.samples, Rest: cfg.rest.String(), ProbeInterval: cfg.probeInterval.String(), Replicas: replicas,
+		SlowDelay: cfg.slowDelay.String(), HubArgs: cfg.hubArgs,
+	}
+	if err := os.MkdirAll(cfg.fleetDir, 0o755); err != nil {
+		return err
+	}
+	fleetLog, err := os.Create(filepath.Join(filepath.Dir(cfg.fleetDir), filepath.Base(cfg.fleetDir)+"-fleet.log"))
+	if err != nil {
+		return err
+	}
+	b.fleetLog = fleetLog // closed after teardown
+
+	// Build the hub first: a compile error should not cost a fleet. The
+	// binary keeps its name: it is the hub's user agent in the audit logs.
+	binDir, err := os.MkdirTemp("", "fleetdb-bench-hub-")
+	if err != nil {
+		return err
+	}
+	b.hubBin = filepath.Join(binDir, "fleetdb-hub")
+	logf("building the hub")
+	if err := buildHub(ctx, cfg.root, b.hubBin, os.Stderr); err != nil {
+		return err
+	}
+
+	b.fleet = &fleet{root: cfg.root, dir: cfg.fleetDir, prefix: cfg.prefix, members: cfg.members, log: fleetLog}
+	logf("starting a fleet of a hub and %d members under %s (log %s)", cfg.members, cfg.fleetDir, fleetLog.Name())
+	start := time.Now()
+	if err := b.fleet.up(ctx); err != nil {
+		return err
+	}
+	logf("fleet up in %s", time.Since(start).Round(time.Second))
+	b.members = b.fleet.memberNames
+	if err := b.clients(); err != nil {
+		return err
+	}
+
+	files := map[string]string{"hub": b.fleet.auditLog("hub")}
+	for _, m := range b.members {
+		files[m] = b.fleet.auditLog(m)
+	}
+	b.audit = newAuditCounter(files)
+	if _, err := b.audit.snapshot(); err != nil {
+		return err
+	}
+	for c, p := range files {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("no audit log for %s at %s: %w", c, p, err)
+		}
+	}
+
+	wctx, cancel := context.WithCancel(ctx)
+	b.watchCancel = cancel
+	if err := b.startWatches(wctx); err != nil {
+		return err
+	}
+	if err := b.ensureNamespace(ctx, nsFleet); err != nil {
+		return err
+	}
+
+	if err := b.startHubAndMembers(ctx); err != nil {
+		return err
+	}
+	if err := b.warmUp(ctx); err != nil {
+		return err
+	}
+	if err := b.oneAtATime(ctx); err != nil {
+		return err
+	}
+	if err := b.burstPhase(ctx); err != nil {
+		return err
+	}
+	if !cfg.skipIsolation {
+		if err := b.isolation(ctx); err != nil {
+			return err
+		}
+	}
+	b.finalFigures()
+	return nil
+}
+
+// clients builds the bench's clients of the hub and the members.
+func (b *bench) clients() error {
+	b.scheme = runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(b.scheme); err != nil {
+		return err
+	}
+	if err := fleetv1alpha1.AddToScheme(b.scheme); err != nil {
+		return err
+	}
+	b.hosts = map[string]string{}
+	load := func(path, ua, name string) (*rest.Config, error) {
+		c, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, err
+		}
+		c.UserAgent = ua
+		// The floor is not throttled by the client.
+		c.QPS, c.Burst = 1000, 2000
+		if u, err := url.Parse(c.Host); err == nil {
+			b.hosts[u.Host] = name
+		}
+		return c, nil
+	}
+	var err error
+	b.hubCfg, err = load(b.fleet.hubKubeconfig, uaDriver, "hub")
+	if err != nil {
+		return err
+	}
+	b.driver, err = client.New(b.hubCfg, client.Options{Scheme: b.scheme})
+	if err != nil {
+		return err
+	}
+	b.direct = map[string]client.Client{}
+	for _, m := range b.members {
+		c, err := load(b.fleet.memberKubeconfigs[m], uaDirect, m)
+		if err != nil {
+			return err
+		}
+		if b.direct[m], err = client.New(c, client.Options{Scheme: b.scheme}); err != nil {
+			return err
+		}
+	}
+	pw := make([]byte, 16)
+	_, _ = rand.Read(pw)
+	b.creds = map[string][]byte{member.CredentialsUsernameKey: []byte("bench"), member.CredentialsPasswordKey: []byte(hex.EncodeToString(pw))}
+	return nil
+}
+
+func (b *bench) startWatches(ctx context.Context) error {
+	sel, err := labels.Parse(fleetv1alpha1.LabelManagedBy + " in (" + fleetv1alpha1.ManagedByValue + "," + directManagedBy + ")")
+	if err != nil {
+		return err
+	}
+	b.mw = map[string]*memberWatch{}
+	for _, m := range b.members {
+		w := &memberWatch{name: m, sts: map[string]*stsTrack{}}
+		b.mw[m] = w
+		c, err := clientcmd.BuildConfigFromFlags("", b.fleet.memberKubeconfigs[m])
+		if err != nil {
+			return err
+		}
+		c.UserAgent = "fleetdb-bench-watch"
+		if err := startInformer(ctx, c, b.scheme, &appsv1.StatefulSet{}, sel, w.observe); err != nil {
+			return fmt.Errorf("watching %s: %w", m, err)
+		}
+	}
+	b.hw = &hubWatch{dbs: map[string]*dbTrack{}}
+	hc := rest.CopyConfig(b.hubCfg)
+	hc.UserAgent = "fleetdb-bench-watch"
+	return startInformer(ctx, hc, b.scheme, &fleetv1alpha1.Database{}, nil, b.hw.observe)
+}
+
+func (b *bench) ensureNamespace(ctx context.Context, name string) error {
+	err := b.driver.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// startHubAndMembers runs the hub first with no member registered, then
+// registers the members: the difference is the hub's cost per member.
+func (b *bench) startHubAndMembers(ctx context.Context) error {
+	var saved []fleetv1alpha1.MemberCluster
+	for _, m := range b.members {
+		mc := &fleetv1alpha1.MemberCluster{}
+		if err := b.driver.Get(ctx, client.ObjectKey{Name: m}, mc); err != nil {
+			return fmt.Errorf("MemberCluster %s: %w", m, err)
+		}
+		saved = append(saved, *mc)
+		if err := b.driver.Delete(ctx, mc); err != nil {
+			return err
+		}
+	}
+	var extra []string
+	if b.cfg.hubArgs != "" {
+		extra = strings.Fields(b.cfg.hubArgs)
+	}
+	logPath := filepath.Join(filepath.Dir(b.cfg.fleetDir), filepath.Base(b.cfg.fleetDir)+"-hub.log")
+	logf("starting the hub (log %s)", logPath)
+	hub, err := startHub(ctx, b.hubBin, b.fleet.hubKubeconfig, b.cfg.probeInterval, extra, logPath)
+	if err != nil {
+		return err
+	}
+	b.hub = hub
+	if err := sleep(ctx, 5*time.Second); err != nil {
+		return err
+	}
+	heap0 := hub.heapMin(ctx, 10, 3*time.Second)
+	p0, _ := readProc(hub.pid)
+
+	start := time.Now()
+	for _, mc := range saved {
+		n := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: mc.Name, Labels: mc.Labels}, Spec: mc.Spec}
+		if err := b.driver.Create(ctx, n); err != nil {
+			return err
+		}
+	}
+	if err := waitFor(ctx, 2*time.Minute, "every MemberCluster Ready", func() bool { return b.membersReady(ctx) }); err != nil {
+		return err
+	}
+	joined := time.Since(start)
+	logf("%d members Ready on the hub in %s", len(b.members), joined.Round(time.Millisecond))
+	if err := sleep(ctx, 5*time.Second); err != nil {
+		return err
+	}
+	heapN := hub.heapMin(ctx, 10, 3*time.Second)
+	pN, _ := readProc(hub.pid)
+	n := float64(len(b.members))
+	b.rep.scalar("members registered → all MemberClusters Ready", "ms", float64(joined.Milliseconds()), nil, "")
+	b.rep.scalar("hub heap, no member", "MiB", heap0/(1<<20), nil, "go_memstats_heap_alloc_bytes, least of 10 samples")
+	b.rep.scalar(fmt.Sprintf("hub heap, %d members idle", len(b.members)), "MiB", heapN/(1<<20), nil, "")
+	b.rep.scalar("hub heap per member", "MiB", (heapN-heap0)/n/(1<<20), nil, "(heap with N idle members − heap with none) / N")
+	b.rep.scalar("hub RSS, no member", "MiB", float64(p0.RSSBytes)/(1<<20), nil, "VmRSS")
+	b.rep.scalar(fmt.Sprintf("hub RSS, %d members idle", len(b.members)), "MiB", float64(pN.RSSBytes)/(1<<20), nil, "")
+	b.rep.scalar("hub RSS per member", "MiB", float64(pN.RSSBytes-p0.RSSBytes)/n/(1<<20), nil, "")
+	return nil
+}
+
+func (b *bench) membersReady(ctx context.Context) bool {
+	for _, m := range b.members {
+		mc := &fleetv1alpha1.MemberCluster{}
+		if err := b.driver.Get(ctx, client.ObjectKey{Name: m}, mc); err != nil {
+			return false
+		}
+		if !meta.IsStatusConditionTrue(mc.Status.Conditions, fleetv1alpha1.MemberConditionReady) {
+			return false
+		}
+	}
+	return true
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// ---- the objects ----
+
+func (b *bench) newDatabase(name string, placement []string, maxUnavailable int32) *fleetv1alpha1.Database {
+	return &fleetv1alpha1.Database{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nsFleet},
+		Spec: fleetv1alpha1.DatabaseSpec{
+			Engine:         fleetv1alpha1.EnginePostgres,
+			Replicas:       replicas,
+			Storage:        fleetv1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
+			Placement:      fleetv1alpha1.PlacementSpec{ClusterNames: placement},
+			Rollout:        fleetv1alpha1.RolloutSpec{MaxUnavailable: maxUnavailable},
+			DeletionPolicy: fleetv1alpha1.DeletionPolicyDelete,
+		},
+	}
+}
+
+// directObjects renders what the hub would apply for a Database like
+// newDatabase's, in the baseline's namespace, as server-side apply bodies.
+func (b *bench) directObjects(name, cluster string, reps int32, generation int64) ([]*unstructured.Unstructured, error) {
+	db := b.newDatabase(name, b.members, 1)
+	db.Namespace = nsDirect
+	db.UID = types.UID("direct-" + name)
+	db.Generation = generation
+	db.Spec.Replicas = reps
+	db.Spec.Teardown.UnreachableTimeout = &metav1.Duration{Duration: 10 * time.Minute}
+	objs, err := member.Render(member.Params{Database: db, Cluster: cluster, Credentials: b.creds})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*unstructured.Unstructured, 0, len(objs))
+	for _, o := range objs {
+		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+		if err != nil {
+			return nil, err
+		}
+		delete(content, "status")
+		if tpls, ok, _ := unstructured.NestedSlice(content, "spec", "volumeClaimTemplates"); ok {
+			for _, t := range tpls {
+				if m, ok := t.(map[string]any); ok {
+					delete(m, "status")
+				}
+			}
+			_ = unstructured.SetNestedSlice(content, tpls, "spec", "volumeClaimTemplates")
+		}
+		scrub(content)
+		out = append(out, &unstructured.Unstructured{Object: content})
+	}
+	return out, nil
+}
+
+// scrub drops nulls (creationTimestamp) and relabels managed-by.
+func scrub(m map[string]any) {
+	for k, v := range m {
+		switch v := v.(type) {
+		case nil:
+			delete(m, k)
+		case string:
+			if k == fleetv1alpha1.LabelManagedBy && v == fleetv1alpha1.ManagedByValue {
+				m[k] = directManagedBy
+			}
+		case map[string]any:
+			scrub(v)
+		case []any:
+			for _, e := range v {
+				if em, ok := e.(map[string]any); ok {
+					scrub(em)
+				}
+			}
+		}
+	}
+}
+
+// directApply is the baseline: the rendered objects applied with server-side
+// apply to every member of placement in parallel, each member's objects in
+// render order, by a plain client.
+func (b *bench) directApply(ctx context.Context, name string, placement []string, reps int32, gen int64) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(placement))
+	for i, m := range placement {
+		wg.Go(func() {
+			objs, err := b.directObjects(name, m, reps, gen)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			for _, u := range objs {
+				if err := b.direct[m].Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
+					client.FieldOwner(directManagedBy), client.ForceOwnership); err != nil {
+					errs[i] = fmt.Errorf("%s: applying %s %s: %w", m, u.GetKind(), u.GetName(), err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// directDelete deletes the baseline's objects in every member of placement in
+// parallel (background propagation), volume claims included.
+func (b *bench) directDelete(ctx context.Context, name string, placement []string) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(placement))
+	for i, m := range placement {
+		wg.Go(func() {
+			c := b.direct[m]
+			bg := client.PropagationPolicy(metav1.DeletePropagationBackground)
+			meta := func(n string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: n, Namespace: nsDirect} }
+			for _, o := range []client.Object{
+				&appsv1.StatefulSet{ObjectMeta: meta(name)},
+				&policyv1.PodDisruptionBudget{ObjectMeta: meta(name)},
+				&corev1.Service{ObjectMeta: meta(name)},
+				&corev1.Service{ObjectMeta: meta(name + "-hl")},
+				&corev1.ConfigMap{ObjectMeta: meta(name + "-config")},
+				&corev1.Secret{ObjectMeta: meta(name + "-credentials")},
+			} {
+				if err := c.Delete(ctx, o, bg); err != nil && !apierrors.IsNotFound(err) {
+					errs[i] = err
+					return
+				}
+			}
+			if err := c.DeleteAllOf(ctx, &corev1.PersistentVolumeClaim{}, client.InNamespace(nsDirect),
+				client.MatchingLabels{fleetv1alpha1.LabelDatabaseNamespace: nsDirect, fleetv1alpha1.LabelDatabaseName: name}); err != nil {
+				errs[i] = err
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// leftovers counts the objects of the Databases ns/names left in the members
+// of placement: StatefulSets and claims, and with all the other kinds too.
+func (b *bench) leftovers(ctx context.Context, ns string, names []string, placement []string, all bool) (int, error) {
+	nameIn, err := labels.NewRequirement(fleetv1alpha1.LabelDatabaseName, selection.In, names)
+	if err != nil {
+		return 0, err
+	}
+	nsIs, err := labels.NewRequirement(fleetv1alpha1.LabelDatabaseNamespace, selection.Equals, []string{ns})
+	if err != nil {
+		return 0, err
+	}
+	sel := client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*nsIs, *nameIn)}
+	lists := func() []client.ObjectList {
+		l := []client.ObjectList{&appsv1.StatefulSetList{}, &corev1.PersistentVolumeClaimList{}}
+		if all {
+			l = append(l, &corev1.ServiceList{}, &corev1.ConfigMapList{}, &corev1.SecretList{}, &policyv1.PodDisruptionBudgetList{})
+		}
+		return l
+	}
+	n := 0
+	for _, m := range placement {
+		for _, l := range lists() {
+			if err := b.direct[m].List(ctx, l, client.InNamespace(ns), sel); err != nil {
+				return 0, err
+			}
+			n += meta.LenList(l)
+		}
+	}
+	return n, nil
+}
+
+// ---- waiting on the watches ----
+
+func key(ns, name string) string { return ns + "/" + name }
+
+// seenAll reports whether every member of placement has seen the StatefulSet.
+func (b *bench) seenAll(ns, name string, placement []string) bool {
+	for _, m := range placement {
+		if _, ok := b.mw[m].get(key(ns, name)); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// readyAll reports whether every member of placement has seen n ready replicas.
+func (b *bench) readyAll(ns, name string, placement []string, n int32) bool {
+	for _, m := range placement {
+		t, ok := b.mw[m].get(key(ns, name))
+		if !ok {
+			return false
+		}
+		if _, ok := t.ready[n]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *bench) replicasAll(ns, name string, placement []string, n int32) bool {
+	for _, m := range placement {
+		t, ok := b.mw[m].get(key(ns, name))
+		if !ok {
+			return false
+		}
+		if _, ok := t.replicas[n]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *bench) goneAll(ns, name string, placement []string) bool {
+	for _, m := range placement {
+		t, ok := b.mw[m].get(key(ns, name))
+		if ok && t.gone.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *bench) hubReady(name string, gen int64) (time.Time, bool) {
+	t, ok := b.hw.get(key(nsFleet, name))
+	if !ok {
+		return time.Time{}, false
+	}
+	r, ok := t.ready[gen]
+	return r, ok
+}
+
+func (b *bench) hubGone(name string) (time.Time, bool) {
+	t, ok := b.hw.get(key(nsFleet, name))
+	if !ok || t.gone.IsZero() {
+		return time.Time{}, false
+	}
+	return t.gone, true
+}
+
+// since collects, for every member of placement, pick(track) - t0.
+func (b *bench) since(ns, name string, placement []string, t0 time.Time, pick func(stsTrack) time.Time) []time.Duration {
+	var out []time.Duration
+	for _, m := range placement {
+		if t, ok := b.mw[m].get(key(ns, name)); ok {
+			if at := pick(t); !at.IsZero() {
+				out = append(out, at.Sub(t0))
+			}
+		}
+	}
+	return out
+}
+
+// latest is the latest pick(track) over placement.
+func (b *bench) latest(ns, name string, placement []string, pick func(stsTrack) time.Time) time.Time {
+	var last time.Time
+	for _, m := range placement {
+		if t, ok := b.mw[m].get(key(ns, name)); ok {
+			if at := pick(t); at.After(last) {
+				last = at
+			}
+		}
+	}
+	return last
+}
+
+func seenAt(t stsTrack) time.Time { return t.seen }
+func goneAt(t stsTrack) time.Time { return t.gone }
+func readyAt(n int32) func(stsTrack) time.Time {
+	return func(t stsTrack) time.Time { return t.ready[n] }
+}
+func replicasAt(n int32) func(stsTrack) time.Time {
+	return func(t stsTrack) time.Time { return t.replicas[n] }
+}
+
+// ---- write accounting ----
+
+type phaseMark struct {
+	name   string
+	at     time.Time
+	counts writeCounts
+	hub    map[string]float64
+	cpu    float64
+}
+
+// hubMetrics picks, from the hub's metrics endpoint, what explains its
+// latency and cost: its own API requests by target and method
+// (rest_client_requests_total), reconciles, errors, queue waits and member
+// sync durations.
+func (b *bench) hubMetrics(ctx context.Context) map[string]float64 {
+	out := map[string]float64{}
+	s, err := b.hub.metrics(ctx)
+	if err != nil {
+		return out
+	}
+	for _, x := range s {
+		l := x.Labels
+		switch x.Name {
+		case "rest_client_requests_total":
+			target := "members"
+			if b.hosts[l["host"]] == "hub" {
+				target = "hub"
+			}
+			kind := "reads"
+			switch l["method"] {
+			case "POST", "PUT", "PATCH", "DELETE":
+				kind = "writes"
+			}
+			out["client "+kind+" to "+target] += x.Value
+		case "controller_runtime_reconcile_total":
+			out["reconciles "+l["controller"]] += x.Value
+		case "controller_runtime_reconcile_errors_total":
+			out["reconcile errors "+l["controller"]] += x.Value
+		case "workqueue_queue_duration_seconds_sum":
+			out["queue wait sum "+l["name"]] += x.Value
+		case "workqueue_queue_duration_seconds_count":
+			out["queue wait count "+l["name"]] += x.Value
+		case "fleetdb_member_sync_duration_seconds_sum":
+			out["member sync sum"] += x.Value
+		case "fleetdb_member_sync_duration_seconds_count":
+			out["member syncs"] += x.Value
+		case "fleetdb_member_sync_errors_total":
+			out["member sync errors "+l["reason"]] += x.Value
+		}
+	}
+	return out
+}
+
+func (b *bench) mark(ctx context.Context, name string) (*phaseMark, error) {
+	c, err := b.audit.snapshot()
+	if err != nil {
+		return nil, err
+	}
+	p, _ := readProc(b.hub.pid)
+	return &phaseMark{name: name, at: time.Now(), counts: c, hub: b.hubMetrics(ctx), cpu: p.CPUSeconds}, nil
+}
+
+// hubDelta turns two hubMetrics snapshots into the phase's figures.
+func hubDelta(before, after map[string]float64) map[string]float64 {
+	d := map[string]float64{}
+	for k, v := range after {
+		if dv := v - before[k]; dv != 0 {
+			d[k] = dv
+		}
+	}
+	out := map[string]float64{}
+	for k, v := range d {
+		switch {
+		case strings.HasPrefix(k, "queue wait sum "):
+			name := strings.TrimPrefix(k, "queue wait sum ")
+			if n := d["queue wait count "+name]; n > 0 {
+				out["mean queue wait ms "+name] = round1(v / n * 1000)
+			}
+		case strings.HasPrefix(k, "queue wait count "):
+		case k == "member sync sum":
+			if n := d["member syncs"]; n > 0 {
+				out["mean member sync ms"] = round1(v / n * 1000)
+			}
+		default:
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// settle waits until the hub has made no write for quiet (at most max), so
+// that the writes a change causes are all inside its phase.
+func (b *bench) settle(ctx context.Context, quiet, maxWait time.Duration) error {
+	deadline := time.Now().Add(maxWait)
+	last := -1
+	lastChange := time.Now()
+	for time.Now().Before(deadline) {
+		c, err := b.audit.snapshot()
+		if err != nil {
+			return err
+		}
+		n := c.total(func(k writeKey) bool { return k.Agent == agentHub })
+		if n != last {
+			last, lastChange = n, time.Now()
+		} else if time.Since(lastChange) >= quiet {
+			return nil
+		}
+		if err := sleep(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("the hub kept writing for %s after a phase (settle gave up)", maxWait))
+	return nil
+}
+
+func (b *bench) endPhase(ctx context.Context, m *phaseMark, changes int) (*WritePhase, error) {
+	end, err := b.mark(ctx, m.name)
+	if err != nil {
+		return nil, err
+	}
+	d := end.counts.sub(m.counts)
+	isHub := func(k writeKey) bool { return k.Agent == agentHub }
+	wp := &WritePhase{
+		Phase:         m.name,
+		Changes:       changes,
+		HubToHub:      d.total(func(k writeKey) bool { return isHub(k) && k.Cluster == "hub" }),
+		HubToMembers:  d.total(func(k writeKey) bool { return isHub(k) && k.Cluster != "hub" }),
+		Direct:        d.total(func(k writeKey) bool { return k.Agent == agentDirect }),
+		Others:        d.total(func(k writeKey) bool { return k.Agent == agentOther || k.Agent == agentDriver }),
+		HubClientSide: int(end.hub["client writes to hub"] + end.hub["client writes to members"] - m.hub["client writes to hub"] - m.hub["client writes to members"]),
+		HubMetrics:    hubDelta(m.hub, end.hub),
+		HubByResource: d.byResource(isHub),
+		HubCPUSeconds: round1((end.cpu-m.cpu)*100) / 100,
+		Seconds:       round1(end.at.Sub(m.at).Seconds()),
+		PerChange:     map[string]float64{},
+	}
+	if changes > 0 {
+		wp.PerChange["hub"] = round1(float64(wp.HubToHub+wp.HubToMembers) / float64(changes))
+		wp.PerChange["hubToHub"] = round1(float64(wp.HubToHub) / float64(changes))
+		wp.PerChange["hubToMembers"] = round1(float64(wp.HubToMembers) / float64(changes))
+		wp.PerChange["direct"] = round1(float64(wp.Direct) / float64(changes))
+	}
+	b.rep.Writes = append(b.rep.Writes, wp)
+	return wp, nil
+}
+
+// serverWrites sums apiserver_request_total over write verbs on every API
+// server of the fleet (all clients).
+func (b *bench) serverWrites(ctx context.Context) (int, error) {
+	total := 0.0
+	cfgs := map[string]*rest.Config{"hub": b.hubCfg}
+	for _, m := range b.members {
+		c, err := clientcmd.BuildConfigFromFlags("", b.fleet.memberKubeconfigs[m])
+		if err != nil {
+			return 0, err
+		}
+		cfgs[m] = c
+	}
+	for name, c := range cfgs {
+		c = rest.CopyConfig(c)
+		c.UserAgent = "fleetdb-bench-watch"
+		c.GroupVersion = &corev1.SchemeGroupVersion
+		c.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
+		rc, err := rest.UnversionedRESTClientFor(c)
+		if err != nil {
+			return 0, err
+		}
+		raw, err := rc.Get().AbsPath("/metrics").DoRaw(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("metrics of %s: %w", name, err)
+		}
+		total += sumProm(parseProm(string(raw)), "apiserver_request_total", func(l map[string]string) bool {
+			switch l["verb"] {
+			case "POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION":
+				return true
+			}
+			return false
+		})
+	}
+	return int(total), nil
+}
