@@ -534,19 +534,6 @@ func (b *bench) readyAll(ns, name string, placement []string, n int32) bool {
 	return true
 }
 
-func (b *bench) replicasAll(ns, name string, placement []string, n int32) bool {
-	for _, m := range placement {
-		t, ok := b.mw[m].get(key(ns, name))
-		if !ok {
-			return false
-		}
-		if _, ok := t.replicas[n]; !ok {
-			return false
-		}
-	}
-	return true
-}
-
 func (b *bench) goneAll(ns, name string, placement []string) bool {
 	for _, m := range placement {
 		t, ok := b.mw[m].get(key(ns, name))

@@ -179,7 +179,8 @@ func startHub(ctx context.Context, bin, kubeconfig string, probeInterval time.Du
 		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", hport),
 		"--probe-interval", probeInterval.String(),
 	}, extra...)
-	cmd := exec.Command(bin, args...) //nolint:gosec // our own build
+	// Not bound to ctx: on Ctrl-C the hub is stopped in order (stop), not killed.
+	cmd := exec.CommandContext(context.WithoutCancel(ctx), bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = os.Environ()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -205,7 +206,7 @@ func startHub(ctx context.Context, bin, kubeconfig string, probeInterval time.Du
 	})
 	select {
 	case <-h.exited:
-		return nil, fmt.Errorf("the hub exited at start (%v); see %s", h.err, logPath)
+		return nil, fmt.Errorf("the hub exited at start (%w); see %s", h.err, logPath)
 	default:
 	}
 	if err != nil {

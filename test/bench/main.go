@@ -157,7 +157,7 @@ func repoRoot() (string, error) {
 // changes in the hub's packages, a digest of them (other work may be in progress).
 func sourceState(root string) string {
 	git := func(args ...string) string {
-		out, err := exec.Command("git", append([]string{"-C", root}, args...)...).Output()
+		out, err := exec.CommandContext(context.Background(), "git", append([]string{"-C", root}, args...)...).Output()
 		if err != nil {
 			return ""
 		}

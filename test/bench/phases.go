@@ -22,11 +22,9 @@ type keyFigures struct {
 	burstProp        *Latency
 	burstReady       *Scalar
 	restWrites       *WritePhase
-	unslowedOthers   []time.Duration
 	othersUnslowed   *Latency
 	othersSlowed     *Latency
 	leftovers        int
-	heapBeforeBurst  float64
 }
 
 var kf keyFigures

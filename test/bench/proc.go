@@ -86,7 +86,7 @@ func parseProm(text string) []promSample {
 			continue
 		}
 		var s promSample
-		rest := line
+		var rest string
 		if i := strings.IndexByte(line, '{'); i >= 0 {
 			j := strings.LastIndexByte(line, '}')
 			if j < i {

@@ -116,7 +116,8 @@ func delayedCopy(dst, src net.Conn, delay time.Duration) {
 			break
 		}
 	}
-	for range ch { //nolint:revive // drain so that the reader can end
+	// Drain, so that the reader can end.
+	for range ch {
 	}
 	_ = dst.Close()
 }

@@ -135,24 +135,6 @@ func (r *Report) check(target, measured string, pass bool, note string) {
 	r.Checks = append(r.Checks, &Check{Target: target, Measured: measured, Verdict: v, Note: note})
 }
 
-func (r *Report) findLatency(name string) *Latency {
-	for _, l := range r.Latencies {
-		if l.Name == name {
-			return l
-		}
-	}
-	return nil
-}
-
-func (r *Report) findScalar(name string) *Scalar {
-	for _, s := range r.Scalars {
-		if s.Name == name {
-			return s
-		}
-	}
-	return nil
-}
-
 func (r *Report) write(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
