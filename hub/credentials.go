@@ -42,6 +42,14 @@ func ensureCredentials(ctx context.Context, c client.Client, live client.Reader,
 	key := client.ObjectKey{Namespace: db.Namespace, Name: credentialsName(db)}
 	err := c.Get(ctx, key, &s)
 	if apierrors.IsNotFound(err) {
+		if len(db.Status.Clusters) == 0 {
+			// A new Database: create the Secret at once; if it exists
+			// after all, it is read and checked below.
+			data, err := createCredentials(ctx, c, db, key, nil)
+			if !apierrors.IsAlreadyExists(err) {
+				return data, err
+			}
+		}
 		// The cache may not have seen a Secret created a moment ago.
 		err = live.Get(ctx, key, &s)
 	}
@@ -57,19 +65,27 @@ func ensureCredentials(ctx context.Context, c client.Client, live client.Reader,
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("reading credentials secret: %w", err)
 	}
-	var data map[string][]byte
-	if len(db.Status.Clusters) > 0 {
-		if data = recoverFromMembers(); data == nil {
-			return nil, errLostCredentials{name: key.String()}
-		}
-	} else {
+	if len(db.Status.Clusters) == 0 {
+		return createCredentials(ctx, c, db, key, nil)
+	}
+	data := recoverFromMembers()
+	if data == nil {
+		return nil, errLostCredentials{name: key.String()}
+	}
+	return createCredentials(ctx, c, db, key, data)
+}
+
+// createCredentials creates the hub Secret with data, or with new random
+// credentials when data is nil. An AlreadyExists error is returned as is.
+func createCredentials(ctx context.Context, c client.Client, db *fleetv1alpha1.Database, key client.ObjectKey, data map[string][]byte) (map[string][]byte, error) {
+	if data == nil {
 		password, err := randomPassword()
 		if err != nil {
 			return nil, err
 		}
 		data = map[string][]byte{"username": []byte("app"), "password": []byte(password)}
 	}
-	s = corev1.Secret{
+	s := corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: key.Namespace,
 			Name:      key.Name,
@@ -86,6 +102,9 @@ func ensureCredentials(ctx context.Context, c client.Client, live client.Reader,
 		return nil, fmt.Errorf("owning credentials secret: %w", err)
 	}
 	if err := c.Create(ctx, &s); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("creating credentials secret: %w", err)
 	}
 	return s.Data, nil

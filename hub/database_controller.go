@@ -2,10 +2,12 @@ package hub
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -18,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
@@ -85,16 +88,12 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		return r.reconcileDelete(ctx, db)
 	}
 
-	// The finalizer goes on before anything reaches a member.
-	if !controllerutil.ContainsFinalizer(db, fleetv1alpha1.TeardownFinalizer) {
-		patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		controllerutil.AddFinalizer(db, fleetv1alpha1.TeardownFinalizer)
-		if err := r.hub.Patch(ctx, db, patch); err != nil {
-			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
-		}
-	}
-
-	if _, err := ensureCredentials(ctx, r.hub, r.live, db, func() map[string][]byte { return r.credentialsFromMembers(ctx, db) }); err != nil {
+	// The finalizer goes on before anything reaches a member. The hub
+	// credentials Secret is written at the same time (it is owned by the
+	// Database and collected with it), to keep a new Database's first
+	// fan-out one hub round trip away.
+	creds, err := r.finalizerAndCredentials(ctx, db)
+	if err != nil {
 		var foreign errForeignCredentials
 		var lost errLostCredentials
 		if errors.As(err, &foreign) || errors.As(err, &lost) {
@@ -153,20 +152,15 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 	}
 	allowed := planRollout(db, placed.Targets, results, prevAllowed, r.reachable)
 	p := &plan{
-		uid:        db.UID,
-		generation: db.Generation,
-		policy:     db.Spec.DeletionPolicy,
-		allowed:    allowed,
-		targets:    targets,
-		teardown:   teardown,
+		uid:         db.UID,
+		generation:  db.Generation,
+		policy:      db.Spec.DeletionPolicy,
+		allowed:     allowed,
+		targets:     targets,
+		teardown:    teardown,
+		credentials: creds,
 	}
-	r.publish(ctx, key, p)
-	for name := range targets {
-		r.members.add(name, key)
-	}
-	for name := range teardown {
-		r.members.add(name, key)
-	}
+	r.fanOut(ctx, key, p)
 
 	st := computeStatus(statusInput{
 		db:          db,
@@ -228,10 +222,7 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, db *fleetv1alp
 		return ctrl.Result{}, nil
 	}
 
-	r.publish(ctx, key, &plan{uid: db.UID, generation: db.Generation, policy: db.Spec.DeletionPolicy, teardown: pending})
-	for name := range pending {
-		r.members.add(name, key)
-	}
+	r.fanOut(ctx, key, &plan{uid: db.UID, generation: db.Generation, policy: db.Spec.DeletionPolicy, teardown: pending})
 	st := computeStatus(statusInput{
 		db:          db,
 		teardown:    sortedKeys(pending),
@@ -243,6 +234,44 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, db *fleetv1alp
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// finalizerAndCredentials adds the teardown finalizer if it is missing and
+// ensures the hub credentials Secret, both at once; it returns the credentials.
+func (r *databaseReconciler) finalizerAndCredentials(ctx context.Context, db *fleetv1alpha1.Database) (map[string][]byte, error) {
+	ensure := func(db *fleetv1alpha1.Database) (map[string][]byte, error) {
+		return ensureCredentials(ctx, r.hub, r.live, db, func() map[string][]byte { return r.credentialsFromMembers(ctx, db) })
+	}
+	if controllerutil.ContainsFinalizer(db, fleetv1alpha1.TeardownFinalizer) {
+		return ensure(db)
+	}
+	var (
+		creds   map[string][]byte
+		credErr error
+		wg      sync.WaitGroup
+	)
+	snapshot := db.DeepCopy() // the finalizer patch rewrites db meanwhile
+	wg.Go(func() { creds, credErr = ensure(snapshot) })
+	patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(db, fleetv1alpha1.TeardownFinalizer)
+	finErr := r.hub.Patch(ctx, db, patch)
+	wg.Wait()
+	if finErr != nil {
+		return nil, fmt.Errorf("adding finalizer: %w", finErr)
+	}
+	return creds, credErr
+}
+
+// fanOut publishes the plan and wakes the member syncs it gives new work
+// to, ahead of observation work. A member whose role did not change is not
+// woken: its own objects' events, its errors' retries and the registry
+// (reconnects) wake it, so that status refreshes do not fan out again.
+func (r *databaseReconciler) fanOut(ctx context.Context, key types.NamespacedName, p *plan) {
+	prev := r.state.plan(key)
+	r.publish(ctx, key, p)
+	for _, name := range p.changedMembers(prev) {
+		r.members.addWith(name, key, priorityChange, 0)
+	}
 }
 
 // teardownSettled says whether a member no longer blocks the Database's
@@ -350,9 +379,20 @@ func (r *databaseReconciler) dropFinalizer(ctx context.Context, db *fleetv1alpha
 	if !controllerutil.ContainsFinalizer(db, fleetv1alpha1.TeardownFinalizer) {
 		return nil
 	}
-	patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(db, fleetv1alpha1.TeardownFinalizer)
-	if err := r.hub.Patch(ctx, db, patch); err != nil && !apierrors.IsNotFound(err) {
+	// A JSON patch that tests the entry it removes: status writes in flight
+	// (which change the resourceVersion) cannot make it fail, and another
+	// controller's finalizer added meanwhile is kept, or moves the entry and
+	// fails the test (then the reconcile retries).
+	i := slices.Index(db.Finalizers, fleetv1alpha1.TeardownFinalizer)
+	path := fmt.Sprintf("/metadata/finalizers/%d", i)
+	body, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": path, "value": fleetv1alpha1.TeardownFinalizer},
+		{"op": "remove", "path": path},
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.hub.Patch(ctx, db, client.RawPatch(types.JSONPatchType, body)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing finalizer: %w", err)
 	}
 	return nil
@@ -441,6 +481,17 @@ func (r *queueRef) get() workqueue.TypedRateLimitingInterface[mcreconcile.Reques
 	}
 }
 
+// Priorities of requests in the controllers' priority queues. Watch events
+// come in at 0 (controller-runtime lowers the initial list and resyncs).
+const (
+	// priorityChange: a member sync that carries a new plan (a create, a
+	// spec change, a rollout step, a teardown) goes before observation work.
+	priorityChange = 10
+	// priorityStatus: a status refresh after member results changed goes
+	// after new Databases and spec changes.
+	priorityStatus = -10
+)
+
 // add enqueues a request for the Database key in the named cluster ("" is the hub).
 func (r *queueRef) add(cluster string, key types.NamespacedName) {
 	if q := r.get(); q != nil {
@@ -448,9 +499,20 @@ func (r *queueRef) add(cluster string, key types.NamespacedName) {
 	}
 }
 
-// addAfter enqueues after a delay (coalescing bursts).
-func (r *queueRef) addAfter(cluster string, key types.NamespacedName, d time.Duration) {
-	if q := r.get(); q != nil {
-		q.AddAfter(request(cluster, key), d)
+// addWith enqueues with a priority after a delay (0: now). A queue that is
+// not a priority queue takes the request without the priority.
+func (r *queueRef) addWith(cluster string, key types.NamespacedName, priority int, after time.Duration) {
+	q := r.get()
+	if q == nil {
+		return
 	}
+	if pq, ok := q.(priorityqueue.PriorityQueue[mcreconcile.Request]); ok {
+		pq.AddWithOpts(priorityqueue.AddOpts{Priority: &priority, After: after}, request(cluster, key))
+		return
+	}
+	if after > 0 {
+		q.AddAfter(request(cluster, key), after)
+		return
+	}
+	q.Add(request(cluster, key))
 }

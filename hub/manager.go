@@ -41,6 +41,8 @@ type Config struct {
 	Registry clusters.Options
 	// MetricsAddr and HealthAddr are the listen addresses ("0" disables).
 	MetricsAddr, HealthAddr string
+	// PprofAddr serves net/http/pprof when set (empty or "0": off).
+	PprofAddr string
 	// LeaderElection turns on leader election in the hub namespace.
 	LeaderElection bool
 	// Logger is the manager's logger, and so the controllers'; the zero
@@ -86,6 +88,7 @@ func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.P
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(cfg.SkipControllerNameValidation)},
 		Metrics:                       metricsserver.Options{BindAddress: orDisabled(cfg.MetricsAddr)},
 		HealthProbeBindAddress:        orDisabled(cfg.HealthAddr),
+		PprofBindAddress:              orDisabled(cfg.PprofAddr),
 		LeaderElection:                cfg.LeaderElection,
 		LeaderElectionID:              "fleetdb-hub.fleetdb.io",
 		LeaderElectionNamespace:       opts.HubNamespace,

@@ -91,7 +91,7 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 	c := cl.GetClient()
 
 	if role == roleTeardown {
-		done, err := member.Teardown(ctx, c, key.Namespace, key.Name, p.policy)
+		done, err := member.Teardown(ctx, c, key.Namespace, key.Name, p.policy, r.memo)
 		if err != nil {
 			tel.failed(errReasonTeardown, err)
 			r.record(key, cluster, &memberResult{Status: deletingStatus(cluster, "teardown failed, retrying: "+err.Error())})
@@ -124,7 +124,7 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 
 	outcome := outcomeObserved
 	if role == roleApply && db.Generation == p.generation {
-		res, err := r.apply(ctx, cl.GetAPIReader(), c, cluster, db, p.traceparent)
+		res, err := r.apply(ctx, cl.GetAPIReader(), c, cluster, db, p)
 		tel.appliedObjects(res)
 		if err != nil {
 			var conflict *member.ConflictError
@@ -155,24 +155,28 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 }
 
 // apply renders the Database for the member and applies it; the objects
-// carry traceparent, the change's (see publish).
-func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c client.Client, cluster string, db *fleetv1alpha1.Database, traceparent string) (member.ApplyResult, error) {
-	var creds corev1.Secret
-	key := types.NamespacedName{Namespace: db.Namespace, Name: credentialsName(db)}
-	err := r.hub.Get(ctx, key, &creds)
-	if apierrors.IsNotFound(err) {
-		// The Database controller created it a moment ago; the cache may lag.
-		err = r.hubLive.Get(ctx, key, &creds)
-	}
-	if err != nil {
-		return member.ApplyResult{}, fmt.Errorf("reading credentials: %w", err)
+// carry the plan's traceparent, the change's (see publish).
+func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c client.Client, cluster string, db *fleetv1alpha1.Database, p *plan) (member.ApplyResult, error) {
+	creds := p.credentials
+	if creds == nil {
+		var s corev1.Secret
+		key := types.NamespacedName{Namespace: db.Namespace, Name: credentialsName(db)}
+		err := r.hub.Get(ctx, key, &s)
+		if apierrors.IsNotFound(err) {
+			// The Database controller created it a moment ago; the cache may lag.
+			err = r.hubLive.Get(ctx, key, &s)
+		}
+		if err != nil {
+			return member.ApplyResult{}, fmt.Errorf("reading credentials: %w", err)
+		}
+		creds = s.Data
 	}
 	objs, err := member.Render(member.Params{
 		Database:        db,
 		Cluster:         cluster,
-		Credentials:     creds.Data,
+		Credentials:     creds,
 		ImageRepository: r.opts.ImageRepository,
-		Traceparent:     traceparent,
+		Traceparent:     p.traceparent,
 	})
 	if err != nil {
 		return member.ApplyResult{}, fmt.Errorf("rendering: %w", err)
@@ -205,11 +209,17 @@ func (r *memberSyncReconciler) recordFailure(key types.NamespacedName, cluster s
 	r.record(key, cluster, res)
 }
 
-// record stores a result and wakes the Database controller when it changed.
+// record stores a result and wakes the Database controller when it changed:
+// soon for a phase change (the results of members that change together fold
+// into one status write), later for progress within a phase, and behind new
+// Databases and spec changes in its queue.
 func (r *memberSyncReconciler) record(key types.NamespacedName, cluster string, res *memberResult) {
 	res.At = time.Now()
-	if r.state.record(key, cluster, res) {
-		r.databases.addAfter("", key, statusCoalesceDelay)
+	switch r.state.record(key, cluster, res) {
+	case resultPhase:
+		r.databases.addWith("", key, priorityStatus, statusCoalesceDelay)
+	case resultProgress:
+		r.databases.addWith("", key, priorityStatus, progressCoalesceDelay)
 	}
 }
 

@@ -19,8 +19,13 @@ const (
 	DefaultHubNamespace = "fleetdb-system"
 	// hubReconcileTimeout bounds one Database reconcile (hub calls only).
 	hubReconcileTimeout = 30 * time.Second
-	// statusCoalesceDelay lets a burst of member results fold into one status write.
+	// statusCoalesceDelay lets the member results of one change (members
+	// turning Ready together) fold into one status write.
 	statusCoalesceDelay = 50 * time.Millisecond
+	// progressCoalesceDelay folds progress within a phase (ready replicas
+	// counting up, messages) into fewer status writes; a phase change still
+	// goes out after statusCoalesceDelay.
+	progressCoalesceDelay = 300 * time.Millisecond
 	// teardownPoll is how often a teardown that waits for objects to go is retried.
 	teardownPoll = 2 * time.Second
 )

@@ -9,17 +9,22 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
 	mchandler "sigs.k8s.io/multicluster-runtime/pkg/handler"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -41,6 +46,44 @@ func MemberClusterOptions() []cluster.Option {
 func memberKinds() []client.Object {
 	return []client.Object{
 		&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.ConfigMap{}, &corev1.Secret{}, &policyv1.PodDisruptionBudget{},
+	}
+}
+
+// memberObjectEvents maps events on member objects of kind gvk to a member
+// sync of their Database. An event that shows exactly what the hub's own last
+// apply returned brings nothing new and is dropped (the StatefulSet's never
+// are: its status is what the sync observes). With deletesOnly, only
+// deletions count (volume claims: a waiting teardown completes at once).
+func (r *memberSyncReconciler) memberObjectEvents(gvk schema.GroupVersionKind, deletesOnly bool) mchandler.TypedEventHandlerFunc[client.Object, mcreconcile.Request] {
+	skipOwn := gvk.Kind != "StatefulSet" && !deletesOnly
+	return func(name multicluster.ClusterName, _ cluster.Cluster) handler.TypedEventHandler[client.Object, mcreconcile.Request] {
+		clusterName := string(name)
+		enqueue := func(obj client.Object, q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
+			if skipOwn && r.memo.Wrote(clusterName, gvk, obj) {
+				return
+			}
+			for _, req := range databaseOfMemberObject(context.Background(), obj) {
+				req.ClusterName = name
+				q.Add(req)
+			}
+		}
+		h := handler.TypedFuncs[client.Object, mcreconcile.Request]{
+			DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
+				enqueue(e.Object, q)
+			},
+		}
+		if !deletesOnly {
+			h.CreateFunc = func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
+				enqueue(e.Object, q)
+			}
+			h.UpdateFunc = func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
+				enqueue(e.ObjectNew, q)
+			}
+			h.GenericFunc = func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
+				enqueue(e.Object, q)
+			}
+		}
+		return h
 	}
 }
 
@@ -83,11 +126,15 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 		opts: opts, recorder: recorder, databases: dbQueue, tracer: hubTracer(),
 	}
 	b := mcbuilder.ControllerManagedBy(mgr).Named("member-sync")
+	memberOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(false), mcbuilder.WithEngageWithProviderClusters(true)}
 	for _, obj := range memberKinds() {
-		b = b.Watches(obj,
-			mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](databaseOfMemberObject),
-			mcbuilder.WithEngageWithLocalCluster(false), mcbuilder.WithEngageWithProviderClusters(true))
+		gvk, err := apiutil.GVKForObject(obj, local.GetScheme())
+		if err != nil {
+			return err
+		}
+		b = b.Watches(obj, msr.memberObjectEvents(gvk, false), memberOnly...)
 	}
+	b = b.Watches(&corev1.PersistentVolumeClaim{}, msr.memberObjectEvents(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"), true), memberOnly...)
 	err = b.WatchesRawSource(captureQueue(memberQueue)).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
 			MaxConcurrentReconciles: opts.MemberWorkers,
@@ -103,14 +150,15 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 
 	sw := &sweeper{mgr: mgr, hub: local.GetClient(), state: st, provider: provider, timeout: opts.MemberCallTimeout, memo: msr.memo}
 	return local.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		return watchRegistry(ctx, provider, st, dbQueue, sw)
+		return watchRegistry(ctx, provider, st, dbQueue, memberQueue, sw)
 	}))
 }
 
 // watchRegistry turns registry transitions into work: the Databases on a
-// member that changed are reconciled, and a member that (re)connects is
-// swept for leftovers of Databases that are gone or no longer placed there.
-func watchRegistry(ctx context.Context, provider *clusters.Provider, st *state, dbQueue *queueRef, sw *sweeper) error {
+// member that changed are reconciled and synced to it again, and a member
+// that (re)connects is swept for leftovers of Databases that are gone or no
+// longer placed there.
+func watchRegistry(ctx context.Context, provider *clusters.Provider, st *state, dbQueue, memberQueue *queueRef, sw *sweeper) error {
 	wasReady := map[string]bool{}
 	events := provider.Subscribe()
 	for {
@@ -128,6 +176,7 @@ func watchRegistry(ctx context.Context, provider *clusters.Provider, st *state, 
 			wasReady[name] = h.Engaged && h.Ready
 			for _, key := range st.databasesOn(name) {
 				dbQueue.add("", key)
+				memberQueue.add(name, key)
 			}
 		}
 	}

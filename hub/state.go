@@ -39,6 +39,10 @@ type plan struct {
 	teardown map[string]bool
 	// traceparent of the change that produced this plan.
 	traceparent string
+	// credentials of the Database (from its hub Secret), so that member syncs
+	// need not read a Secret the hub cache may not have seen yet; nil in a
+	// deletion plan.
+	credentials map[string][]byte
 }
 
 func (p *plan) role(cluster string) memberRole {
@@ -51,6 +55,28 @@ func (p *plan) role(cluster string) memberRole {
 		return roleHold
 	}
 	return roleNone
+}
+
+// changedMembers are the members whose work differs between prev and p:
+// every member of p for another Database, generation or deletion policy,
+// else those whose role changed.
+func (p *plan) changedMembers(prev *plan) []string {
+	members := map[string]bool{}
+	for _, m := range []map[string]bool{p.targets, p.teardown} {
+		for name := range m {
+			members[name] = true
+		}
+	}
+	if prev == nil || prev.uid != p.uid || prev.generation != p.generation || prev.policy != p.policy {
+		return sortedKeys(members)
+	}
+	var out []string
+	for _, name := range sortedKeys(members) {
+		if p.role(name) != prev.role(name) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // memberResult is what the last member sync observed for one Database in one member.
@@ -108,8 +134,20 @@ func (s *state) setPlan(key types.NamespacedName, p *plan) {
 	s.plans[key] = p
 }
 
-// record stores a member result; it reports whether anything but timestamps changed.
-func (s *state) record(key types.NamespacedName, cluster string, r *memberResult) bool {
+// resultChange is what a new member result changed.
+type resultChange int
+
+const (
+	// resultSame: nothing but timestamps.
+	resultSame resultChange = iota
+	// resultProgress: details (ready replicas, message, endpoint) but not the phase.
+	resultProgress
+	// resultPhase: the member's phase, or whether it is reachable, holds the workload or is torn down.
+	resultPhase
+)
+
+// record stores a member result and reports what it changed.
+func (s *state) record(key types.NamespacedName, cluster string, r *memberResult) resultChange {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.results[key]
@@ -117,9 +155,16 @@ func (s *state) record(key types.NamespacedName, cluster string, r *memberResult
 		m = map[string]*memberResult{}
 		s.results[key] = m
 	}
-	changed := !r.sameAs(m[cluster])
+	prev := m[cluster]
 	m[cluster] = r
-	return changed
+	switch {
+	case r.sameAs(prev):
+		return resultSame
+	case prev == nil || prev.Status.Phase != r.Status.Phase || prev.HasWorkload != r.HasWorkload ||
+		prev.TornDown != r.TornDown || prev.Unreachable != r.Unreachable:
+		return resultPhase
+	}
+	return resultProgress
 }
 
 // resultsFor returns a copy of the results of a Database.

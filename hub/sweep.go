@@ -102,7 +102,7 @@ func (s *sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 			}
 			policy = db.Spec.DeletionPolicy
 		}
-		done, err := member.Teardown(ctx, cl.GetClient(), key.Namespace, key.Name, policy)
+		done, err := member.Teardown(ctx, cl.GetClient(), key.Namespace, key.Name, policy, s.memo)
 		if err != nil {
 			return unsure, err
 		}

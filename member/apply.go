@@ -5,9 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,13 +51,14 @@ type ApplyResult struct {
 //
 //   - It reads every object first, through c (typically cache-backed, maybe
 //     filtered to fleetdb's labels) and, for what c does not hold, through the
-//     uncached live reader. If any exists without fleetdb's labels for this
-//     Database, Apply returns a *ConflictError and writes nothing at all.
+//     uncached live reader, those reads at once. If any exists without
+//     fleetdb's labels for this Database, Apply returns a *ConflictError and
+//     writes nothing at all.
 //     Objects of a deleted Database of the same name (another UID) are adopted.
 //   - The Namespace is created only when something must be created in it and
 //     it is missing; an existing Namespace is never changed.
 //   - Every other object is written with server-side apply under
-//     fleetv1alpha1.FieldManager, forcing ownership, unless memo shows that
+//     fleetv1alpha1.FieldManager, forcing ownership, all at once, unless memo shows that
 //     the member holds exactly what was last applied (see Memo), in which case
 //     nothing is sent. A new traceparent alone is no reason to write.
 //   - The volumeClaimTemplates of an existing StatefulSet are immutable: when
@@ -75,37 +79,75 @@ func Apply(ctx context.Context, cluster string, c client.Client, live client.Rea
 		return res, err
 	}
 
-	// Read everything before writing anything: a conflict leaves the member untouched.
-	missing := false
+	// Read everything before writing anything: a conflict leaves the member
+	// untouched. The cache answers for what fleetdb already runs; what it
+	// misses (new objects, or a lagging cache) is read live, all at once, with
+	// the Namespace when something is to be created in it.
+	var misses []*item
 	for _, it := range plan.items {
-		if err := it.read(ctx, c, live, plan.dbNamespace, plan.dbName); err != nil {
-			return res, err
-		}
-		missing = missing || it.live == nil
-	}
-	// Existing objects prove that their namespace exists: look at it only when creating.
-	if missing && plan.namespace != nil {
-		created, err := ensureNamespace(ctx, c, live, plan.namespace)
+		found, err := it.readCached(ctx, c, plan.dbNamespace, plan.dbName)
 		if err != nil {
 			return res, err
 		}
-		if created {
-			res.Applied = append(res.Applied, ref(plan.namespace))
+		if !found {
+			misses = append(misses, it)
+		}
+	}
+	if len(misses) > 0 {
+		nsExists := true
+		reads := make([]func() error, 0, len(misses)+1)
+		for _, it := range misses {
+			reads = append(reads, func() error { return it.readLive(ctx, live, plan.dbNamespace, plan.dbName) })
+		}
+		if plan.namespace != nil {
+			reads = append(reads, func() (err error) {
+				nsExists, err = namespaceExists(ctx, live, plan.namespace.Name)
+				return err
+			})
+		}
+		if err := parallel(reads); err != nil {
+			return res, err
+		}
+		missing := slices.ContainsFunc(misses, func(it *item) bool { return it.live == nil })
+		if missing && !nsExists {
+			created, err := createNamespace(ctx, c, plan.namespace)
+			if err != nil {
+				return res, err
+			}
+			if created {
+				res.Applied = append(res.Applied, ref(plan.namespace))
+			}
 		}
 	}
 
+	// The objects do not depend on each other at creation (pods wait for
+	// their Secret and ConfigMap), so they are written at once: one round
+	// trip per member instead of one per object.
+	var todo []*item
 	for _, it := range plan.items {
-		if it.upToDate(memo) {
-			continue
+		if !it.upToDate(memo) {
+			todo = append(todo, it)
 		}
-		restored, err := it.apply(ctx, c, memo)
-		if err != nil {
-			return res, err
+	}
+	restored := make([]bool, len(todo))
+	writes := make([]func() error, len(todo))
+	for i, it := range todo {
+		writes[i] = func() (err error) {
+			restored[i], err = it.apply(ctx, c, memo)
+			return err
 		}
-		res.Applied = append(res.Applied, ref(it.desired))
-		if restored {
+	}
+	werr := parallel(writes)
+	for i, it := range todo {
+		if it.applied {
+			res.Applied = append(res.Applied, ref(it.desired))
+		}
+		if restored[i] {
 			res.Restored = append(res.Restored, ref(it.desired))
 		}
+	}
+	if werr != nil {
+		return res, werr
 	}
 
 	pruned, err := prune(ctx, c, plan, memo)
@@ -130,6 +172,8 @@ type item struct {
 	hash    string
 	// live is the object as read before applying; nil when it does not exist.
 	live client.Object
+	// applied is set once a write request for the object succeeded.
+	applied bool
 }
 
 func newPlan(cluster string, objs []client.Object) (*plan, error) {
@@ -167,32 +211,56 @@ func newPlan(cluster string, objs []client.Object) (*plan, error) {
 	return p, nil
 }
 
-// read fetches the live object and checks that fleetdb owns it.
-func (it *item) read(ctx context.Context, c client.Client, live client.Reader, dbNamespace, dbName string) error {
-	key := client.ObjectKeyFromObject(it.desired)
+// readCached looks the object up through c (typically cache-backed); found
+// is false when c does not hold it, and the live reader must be asked.
+func (it *item) readCached(ctx context.Context, c client.Reader, dbNamespace, dbName string) (found bool, err error) {
 	cur := newLike(it.desired)
-	err := c.Get(ctx, key, cur)
+	err = c.Get(ctx, client.ObjectKeyFromObject(it.desired), cur)
 	if apierrors.IsNotFound(err) {
-		// The cache may lag, or may only hold fleetdb's objects: ask the API
-		// server before creating, so that an unowned object is never overwritten.
-		cur = newLike(it.desired)
-		err = live.Get(ctx, key, cur)
-		if apierrors.IsNotFound(err) {
-			it.live = nil
-			return nil
-		}
+		return false, nil
 	}
+	return true, it.check(cur, err, dbNamespace, dbName)
+}
+
+// readLive reads the object from the API server: the cache may lag, or may
+// only hold fleetdb's objects, and an unowned object is never overwritten.
+func (it *item) readLive(ctx context.Context, live client.Reader, dbNamespace, dbName string) error {
+	cur := newLike(it.desired)
+	err := live.Get(ctx, client.ObjectKeyFromObject(it.desired), cur)
+	if apierrors.IsNotFound(err) {
+		it.live = nil
+		return nil
+	}
+	return it.check(cur, err, dbNamespace, dbName)
+}
+
+// check keeps cur as the live object if it was read and fleetdb owns it.
+func (it *item) check(cur client.Object, err error, dbNamespace, dbName string) error {
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", ref(it.desired), err)
 	}
 	if !ownedBy(cur.GetLabels(), dbNamespace, dbName) {
-		return &ConflictError{Kind: it.gvk.Kind, Namespace: key.Namespace, Name: key.Name}
+		return &ConflictError{Kind: it.gvk.Kind, Namespace: cur.GetNamespace(), Name: cur.GetName()}
 	}
 	if cur.GetDeletionTimestamp() != nil {
 		return fmt.Errorf("%s is being deleted; it is recreated once it is gone", ref(it.desired))
 	}
 	it.live = cur
 	return nil
+}
+
+// parallel runs fns at once and joins their errors.
+func parallel(fns []func() error) error {
+	if len(fns) == 1 {
+		return fns[0]()
+	}
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Go(func() { errs[i] = fn() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // upToDate reports whether the member holds exactly what was last applied:
@@ -222,6 +290,7 @@ func (it *item) apply(ctx context.Context, c client.Client, memo *Memo) (restore
 		client.FieldOwner(fleetv1alpha1.FieldManager), client.ForceOwnership); err != nil {
 		return false, fmt.Errorf("applying %s: %w", ref(it.desired), err)
 	}
+	it.applied = true
 	rv := u.GetResourceVersion()
 	prev, known := memo.get(it.key)
 	switch {
@@ -243,23 +312,25 @@ func (it *item) apply(ctx context.Context, c client.Client, memo *Memo) (restore
 	return restored, nil
 }
 
-// ensureNamespace creates ns unless it exists; it reports whether it created it.
-func ensureNamespace(ctx context.Context, c client.Client, live client.Reader, ns *corev1.Namespace) (bool, error) {
-	key := client.ObjectKeyFromObject(ns)
+// namespaceExists reads the Namespace live (member caches hold only
+// fleetdb's labelled objects). One being deleted is an error: nothing can be
+// created in it until it is gone.
+func namespaceExists(ctx context.Context, live client.Reader, name string) (bool, error) {
 	cur := &corev1.Namespace{}
-	err := c.Get(ctx, key, cur)
-	if apierrors.IsNotFound(err) {
-		err = live.Get(ctx, key, cur)
-	}
+	err := live.Get(ctx, client.ObjectKey{Name: name}, cur)
 	switch {
-	case err == nil:
-		if cur.DeletionTimestamp != nil {
-			return false, fmt.Errorf("namespace %s is being deleted; it is recreated once it is gone", ns.Name)
-		}
+	case apierrors.IsNotFound(err):
 		return false, nil
-	case !apierrors.IsNotFound(err):
-		return false, fmt.Errorf("reading namespace %s: %w", ns.Name, err)
+	case err != nil:
+		return false, fmt.Errorf("reading namespace %s: %w", name, err)
+	case cur.DeletionTimestamp != nil:
+		return false, fmt.Errorf("namespace %s is being deleted; it is recreated once it is gone", name)
 	}
+	return true, nil
+}
+
+// createNamespace creates ns; it reports whether it did (false: it appeared meanwhile).
+func createNamespace(ctx context.Context, c client.Client, ns *corev1.Namespace) (bool, error) {
 	obj := ns.DeepCopy()
 	obj.ResourceVersion = ""
 	if err := c.Create(ctx, obj, client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil {

@@ -2,8 +2,11 @@ package member
 
 import (
 	"sync"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Memo remembers, per member object, what fleetdb last applied and what the
@@ -16,7 +19,14 @@ import (
 type Memo struct {
 	mu      sync.Mutex
 	entries map[memoKey]memoEntry
+	// deleted are objects Teardown sent a delete for, by UID, and when: a
+	// teardown pass that runs on a cache that has not seen the deletion yet
+	// does not send it again.
+	deleted map[types.UID]time.Time
 }
+
+// deletedMemory is how long a sent delete is remembered.
+const deletedMemory = time.Minute
 
 type memoKey struct {
 	cluster   string
@@ -40,7 +50,7 @@ type memoEntry struct {
 
 // NewMemo returns an empty Memo.
 func NewMemo() *Memo {
-	return &Memo{entries: map[memoKey]memoEntry{}}
+	return &Memo{entries: map[memoKey]memoEntry{}, deleted: map[types.UID]time.Time{}}
 }
 
 // Forget drops everything remembered about cluster, e.g. when the hub
@@ -73,6 +83,41 @@ func (m *Memo) ForgetDatabase(cluster, namespace, name string) {
 			delete(m.entries, k)
 		}
 	}
+}
+
+// Wrote reports whether obj, an object of kind gvk in cluster, is exactly
+// what fleetdb's last apply of it returned (same resourceVersion): a watch
+// event for it brings nothing new.
+func (m *Memo) Wrote(cluster string, gvk schema.GroupVersionKind, obj metav1.Object) bool {
+	e, ok := m.get(memoKey{cluster: cluster, gvk: gvk, namespace: obj.GetNamespace(), name: obj.GetName()})
+	return ok && e.resourceVersion != "" && e.resourceVersion == obj.GetResourceVersion()
+}
+
+// markDeleted remembers that a delete was sent for uid.
+func (m *Memo) markDeleted(uid types.UID) {
+	if m == nil || uid == "" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	for u, at := range m.deleted {
+		if now.Sub(at) > deletedMemory {
+			delete(m.deleted, u)
+		}
+	}
+	m.deleted[uid] = now
+}
+
+// deleteSent reports whether a delete for uid was sent recently.
+func (m *Memo) deleteSent(uid types.UID) bool {
+	if m == nil || uid == "" {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at, ok := m.deleted[uid]
+	return ok && time.Since(at) <= deletedMemory
 }
 
 func (m *Memo) get(k memoKey) (memoEntry, bool) {

@@ -157,16 +157,17 @@ func typeMeta(gv schema.GroupVersion, kind string) metav1.TypeMeta {
 }
 
 // meta is the metadata of every object but the Namespace. The traceparent
-// and generation annotations live here, never on the pod template, where a
-// change would restart the pods. The deletion policy is recorded so that
-// leftovers collected after the hub object is gone are treated as it said.
+// annotation lives here, never on the pod template, where a change would
+// restart the pods. The deletion policy is recorded so that leftovers
+// collected after the hub object is gone are treated as it said. The hub
+// generation is recorded on the StatefulSet only (see statefulSet): on every
+// object it would make each spec change rewrite all of them.
 func (r renderer) meta(name string) metav1.ObjectMeta {
 	policy := r.db.Spec.DeletionPolicy
 	if policy == "" {
 		policy = fleetv1alpha1.DeletionPolicyDelete // the CRD's default
 	}
 	annotations := map[string]string{
-		fleetv1alpha1.AnnotationGeneration:     strconv.FormatInt(r.db.Generation, 10),
 		fleetv1alpha1.AnnotationDeletionPolicy: string(policy),
 	}
 	if r.p.Traceparent != "" {
@@ -284,9 +285,12 @@ func (r renderer) statefulSet() *appsv1.StatefulSet {
 	if r.eff.storageClassName != "" {
 		claim.Spec.StorageClassName = ptrTo(r.eff.storageClassName)
 	}
+	// The generation tells Observe which hub generation the pods run.
+	meta := r.meta(r.db.Name)
+	meta.Annotations[fleetv1alpha1.AnnotationGeneration] = strconv.FormatInt(r.db.Generation, 10)
 	return &appsv1.StatefulSet{
 		TypeMeta:   typeMeta(appsv1.SchemeGroupVersion, "StatefulSet"),
-		ObjectMeta: r.meta(r.db.Name),
+		ObjectMeta: meta,
 		Spec: appsv1.StatefulSetSpec{
 			Replicas:            ptrTo(r.eff.replicas),
 			ServiceName:         headlessName(r.db.Name),

@@ -25,10 +25,11 @@ import (
 //   - Orphan deletes nothing and strips fleetdb's labels from every object.
 //
 // Objects are deleted with background propagation; NotFound counts as done.
+// A delete memo remembers sending is not sent again (memo may be nil).
 // The Namespace is never deleted. Teardown is done when a fresh list finds
 // nothing labelled for the Database any more; until then call it again (a
 // volume claim may wait for its pods to go, for instance).
-func Teardown(ctx context.Context, c client.Client, namespace, name string, policy fleetv1alpha1.DeletionPolicy) (done bool, err error) {
+func Teardown(ctx context.Context, c client.Client, namespace, name string, policy fleetv1alpha1.DeletionPolicy, memo *Memo) (done bool, err error) {
 	var remove, release []managedKind
 	all := append(append([]managedKind{}, workloadKinds...), pvcKind)
 	switch policy {
@@ -51,7 +52,7 @@ func Teardown(ctx context.Context, c client.Client, namespace, name string, poli
 
 	var errs *multierror.Error
 	for _, k := range remove {
-		errs = multierror.Append(errs, deleteManaged(ctx, c, k, namespace, name))
+		errs = multierror.Append(errs, deleteManaged(ctx, c, k, namespace, name, memo))
 	}
 	for _, k := range release {
 		errs = multierror.Append(errs, releaseManaged(ctx, c, k, namespace, name))
@@ -73,20 +74,22 @@ func Teardown(ctx context.Context, c client.Client, namespace, name string, poli
 }
 
 // deleteManaged deletes the objects of kind k labelled for the Database.
-func deleteManaged(ctx context.Context, c client.Client, k managedKind, namespace, name string) error {
+func deleteManaged(ctx context.Context, c client.Client, k managedKind, namespace, name string, memo *Memo) error {
 	objs, err := listManaged(ctx, c, k, namespace, name)
 	if err != nil {
 		return err
 	}
 	var errs *multierror.Error
 	for _, obj := range objs {
-		if obj.GetDeletionTimestamp() != nil {
+		if obj.GetDeletionTimestamp() != nil || memo.deleteSent(obj.GetUID()) {
 			continue // already going; deleting again would only be a write
 		}
 		err := c.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground))
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = multierror.Append(errs, fmt.Errorf("deleting %s: %w", k.describe(obj), err))
+			continue
 		}
+		memo.markDeleted(obj.GetUID())
 	}
 	return errs.ErrorOrNil()
 }

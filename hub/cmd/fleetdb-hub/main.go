@@ -31,6 +31,7 @@ func main() {
 	)
 	flag.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables)")
 	flag.StringVar(&cfg.HealthAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints (0 disables)")
+	flag.StringVar(&cfg.PprofAddr, "pprof-bind-address", "", "address of the net/http/pprof endpoint, e.g. 127.0.0.1:6060 (empty: off)")
 	flag.BoolVar(&cfg.LeaderElection, "leader-elect", false, "elect a leader so that only one hub replica acts")
 	flag.StringVar(&cfg.Options.HubNamespace, "hub-namespace", hub.DefaultHubNamespace, "the hub's own namespace (protected; leader election lease)")
 	flag.IntVar(&cfg.Options.DatabaseWorkers, "database-workers", hub.DefaultDatabaseWorkers, "concurrent Database reconciles")
