@@ -4,8 +4,11 @@
 # fleet stays up for the next run until `make fleet-down`.
 #
 # TRACING=1 (`make run TRACING=1`) also starts Jaeger (hack/jaeger.sh, in-memory,
-# logs in .cache/fleet/jaeger.log) and sends the hub's traces to it over
-# OTLP/HTTP; Jaeger stops with the hub.
+# test/tools/jaeger/config.yaml, logs in .cache/fleet/jaeger.log) with its web
+# UI on http://127.0.0.1:16686 and sends the hub's traces to it over OTLP/HTTP;
+# Jaeger stops with the hub. JAEGER_UI_ASSETS=<folder> serves another build of
+# the UI; when there is none, Jaeger serves a placeholder page at / (tracing and
+# the query API work the same) and a warning says so.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -18,7 +21,16 @@ tracing_msg=""
 if [ "${TRACING:-}" = 1 ]; then
 	jaeger=$(hack/jaeger.sh)
 	jaeger_log="${FLEET_DIR:-$root/.cache/fleet}/jaeger.log"
-	"$jaeger" >"$jaeger_log" 2>&1 &
+	ui_assets=${JAEGER_UI_ASSETS:-}
+	if [ -n "$ui_assets" ] && [ ! -f "$ui_assets/index.html" ]; then
+		echo "run: WARNING: JAEGER_UI_ASSETS=$ui_assets has no index.html, using the pinned Jaeger UI" >&2
+		ui_assets=""
+	fi
+	if [ -z "$ui_assets" ] && ! ui_assets=$(hack/jaeger.sh ui); then
+		ui_assets=""
+		echo "run: WARNING: no Jaeger web UI (see above): http://127.0.0.1:16686/ is a placeholder page; tracing and the query API work" >&2
+	fi
+	JAEGER_UI_ASSETS="$ui_assets" "$jaeger" --config "$root/test/tools/jaeger/config.yaml" >"$jaeger_log" 2>&1 &
 	jaeger_pid=$!
 	trap 'kill "$jaeger_pid" 2>/dev/null || true; wait "$jaeger_pid" 2>/dev/null || true' EXIT
 	for _ in $(seq 1 60); do
@@ -27,7 +39,10 @@ if [ "${TRACING:-}" = 1 ]; then
 		sleep 0.5
 	done
 	export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf
-	tracing_msg="Traces: Jaeger at http://127.0.0.1:16686 (logs: $jaeger_log); its API lists the hub's traces:
+	ui_msg="Jaeger UI at http://127.0.0.1:16686/search?service=fleetdb-hub"
+	[ -n "$ui_assets" ] || ui_msg="Jaeger at http://127.0.0.1:16686 (no web UI, a placeholder page)"
+	tracing_msg="Traces: $ui_msg (logs: $jaeger_log);
+its query API lists the hub's traces too:
   curl 'http://127.0.0.1:16686/api/traces?service=fleetdb-hub&limit=5'
 "
 fi

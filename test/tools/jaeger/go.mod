@@ -1,7 +1,8 @@
 // Builds the pinned Jaeger that `make run TRACING=1` sends the hub's traces to
-// (hack/jaeger.sh): Jaeger v2.13.0, whose Go module version is v1.76.0, cmd/jaeger
-// with its default in-memory config (OTLP on :4317/:4318, query API on :16686;
-// the web UI is not in the module, so / is a placeholder page).
+// (hack/jaeger.sh): Jaeger v2.13.0, whose Go module version is v1.76.0, cmd/jaeger,
+// run with config.yaml here (in-memory storage, OTLP on 127.0.0.1:4317/4318, query
+// API and UI on 127.0.0.1:16686). The web UI is not in the module; ui-version here
+// pins the build of it that Jaeger serves.
 module github.com/fleetdb/fleetdb/test/tools/jaeger
 
 go 1.26.0
