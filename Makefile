@@ -120,11 +120,10 @@ kind-down: ## Delete the kind clusters.
 	done
 	rm -rf $(KIND_OUT)
 
-# ---- benchmark (a program, not a test: it runs its own fleet). Work in progress: behind the
-# `bench` build tag until it is lint-clean and documented (docs/benchmarks.md). ----
+# ---- benchmark (a program, not a test: it runs its own fleet; docs/benchmarks.md) ----
 BENCH_ARGS ?=
 
 .PHONY: bench
 bench: toolchain ## Fleet benchmark: fleetdb against a direct-apply floor on a local fleet of its own (BENCH_ARGS="-members 3 -burst 30").
-	$(GO) build -tags bench -o bin/fleetdb-bench ./test/bench
+	$(GO) build -o bin/fleetdb-bench ./test/bench
 	bin/fleetdb-bench $(BENCH_ARGS)

@@ -9,8 +9,10 @@ import (
 const (
 	// DefaultMemberCallTimeout bounds one member sync (all its API calls).
 	DefaultMemberCallTimeout = 15 * time.Second
-	// DefaultDatabaseWorkers is the Database controller's concurrency.
-	DefaultDatabaseWorkers = 4
+	// DefaultDatabaseWorkers is the Database controller's concurrency. A
+	// reconcile mostly waits on one or two hub round trips, so a burst of new
+	// Databases wants many at once.
+	DefaultDatabaseWorkers = 16
 	// DefaultMemberWorkers is the member sync controller's concurrency. Member
 	// syncs are bounded by DefaultMemberCallTimeout, so a dead member holds a
 	// worker for at most that long, and only when its probe still says Ready.

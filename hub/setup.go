@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -46,6 +47,37 @@ func MemberClusterOptions() []cluster.Option {
 func memberKinds() []client.Object {
 	return []client.Object{
 		&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.ConfigMap{}, &corev1.Secret{}, &policyv1.PodDisruptionBudget{},
+	}
+}
+
+// databaseEvents enqueues a Database for its own events. An update that
+// changes neither the spec (generation) nor the deletion, such as the hub's
+// own status and finalizer writes, goes behind new Databases, spec changes
+// and deletions: in a burst, first fan-outs are not queued behind them.
+func databaseEvents(name multicluster.ClusterName, _ cluster.Cluster) handler.TypedEventHandler[client.Object, mcreconcile.Request] {
+	add := func(obj client.Object, q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
+		q.Add(request(string(name), client.ObjectKeyFromObject(obj)))
+	}
+	return handler.TypedFuncs[client.Object, mcreconcile.Request]{
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
+			add(e.Object, q)
+		},
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
+			o, n := e.ObjectOld, e.ObjectNew
+			pq, ok := q.(priorityqueue.PriorityQueue[mcreconcile.Request])
+			if ok && o.GetGeneration() == n.GetGeneration() && o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) {
+				priority := priorityStatus
+				pq.AddWithOpts(priorityqueue.AddOpts{Priority: &priority}, request(string(name), client.ObjectKeyFromObject(n)))
+				return
+			}
+			add(n, q)
+		},
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
+			add(e.Object, q)
+		},
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
+			add(e.Object, q)
+		},
 	}
 }
 
@@ -102,10 +134,10 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 	}
 	// multicluster-runtime's builder does not take this from the manager's options.
 	skipNames := local.GetControllerOptions().SkipNameValidation
-	hubOnly := []mcbuilder.ForOption{mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)}
+	hubOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)}
 	err := mcbuilder.ControllerManagedBy(mgr).
 		Named("database").
-		For(&fleetv1alpha1.Database{}, hubOnly...).
+		Watches(&fleetv1alpha1.Database{}, databaseEvents, hubOnly...).
 		Watches(&fleetv1alpha1.MemberCluster{},
 			mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](allDatabases(local.GetClient())),
 			mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)).

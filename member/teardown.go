@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 
 	"github.com/hashicorp/go-multierror"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,14 +51,21 @@ func Teardown(ctx context.Context, c client.Client, namespace, name string, poli
 		return false, fmt.Errorf("teardown %s/%s: unknown deletion policy %q", namespace, name, policy)
 	}
 
-	var errs *multierror.Error
+	// Every kind at once: one round trip or two per member, not one per object.
+	steps := make([]func() error, 0, len(remove)+len(release))
 	for _, k := range remove {
-		errs = multierror.Append(errs, deleteManaged(ctx, c, k, namespace, name, memo))
+		steps = append(steps, func() error { return deleteManaged(ctx, c, k, namespace, name, memo) })
 	}
 	for _, k := range release {
-		errs = multierror.Append(errs, releaseManaged(ctx, c, k, namespace, name))
+		steps = append(steps, func() error { return releaseManaged(ctx, c, k, namespace, name) })
 	}
-	if err := errs.ErrorOrNil(); err != nil {
+	errs := make([]error, len(steps))
+	var wg sync.WaitGroup
+	for i, step := range steps {
+		wg.Go(func() { errs[i] = step() })
+	}
+	wg.Wait()
+	if err := multierror.Append(nil, errs...).ErrorOrNil(); err != nil {
 		return false, fmt.Errorf("teardown %s/%s: %w", namespace, name, err)
 	}
 

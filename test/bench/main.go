@@ -1,5 +1,3 @@
-//go:build bench
-
 // Command bench measures fleetdb on a local fleet of its own, against the
 // floor of applying the same objects directly to every member.
 //

@@ -3,6 +3,7 @@ package integration
 import (
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ func TestHub(t *testing.T) {
 	t.Run("lost hub credentials are recovered, never regenerated", func(t *testing.T) { testCredentialsRecovered(t, e) })
 	t.Run("protected namespaces are refused", func(t *testing.T) { testProtected(t, e) })
 	t.Run("a fleet at rest makes no writes", func(t *testing.T) { testAtRest(t, e) })
+	t.Run("a change writes what it changes, once", func(t *testing.T) { testChangeCost(t, e) })
 	t.Run("delete removes everything per deletionPolicy", func(t *testing.T) { testDelete(t, e) })
 	t.Run("a bad kubeconfig does not disturb the fleet", func(t *testing.T) { testBadMember(t, e) })
 	t.Run("delete with an unreachable member", func(t *testing.T) { testDeleteUnreachable(t, e) })
@@ -398,6 +400,95 @@ func testProtected(t *testing.T, e *env) {
 		g.Expect(list.Items).To(BeEmpty())
 		g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "sneaky"))).To(Succeed())
 	}
+}
+
+// settle waits until the hub has made no write for 3 s.
+func (e *env) settle(g Gomega) {
+	var last int
+	g.Eventually(func() int {
+		n, _ := e.writes.writes()
+		d := n - last
+		last = n
+		return d
+	}).WithTimeout(eventually).WithPolling(3 * time.Second).Should(BeZero())
+}
+
+// hubWritesIn are the hub's write requests (to hub and members) in namespace
+// ns since the last reset, as "target: METHOD path".
+func (e *env) hubWritesIn(ns string) []string {
+	_, log := e.writes.writes()
+	var out []string
+	for _, l := range log {
+		if strings.Contains(l, "/namespaces/"+ns+"/") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// testChangeCost: a spec change rewrites only the member objects whose
+// content it changes, and a delete sends one delete per member object and
+// removes the finalizer with one request.
+func testChangeCost(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("cost")
+	g.Expect(e.hub.Create(e.ctx, newDB(ns, "ledger", "m1", "m2"))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getDB(ns, "ledger").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	for _, m := range []string{"m1", "m2"} {
+		g.Expect(e.member(m).Create(e.ctx, pvcFor(e, m, ns, "ledger"))).To(Succeed())
+	}
+	e.settle(g)
+
+	// Replicas 2 -> 3 changes the StatefulSet alone.
+	e.writes.reset()
+	db := e.getDB(ns, "ledger")
+	db.Spec.Replicas = 3
+	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		db := e.getDB(ns, "ledger")
+		g.Expect(condition(db.Status.Conditions, fleetv1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(db.Status.ObservedGeneration).To(Equal(db.Generation))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	e.settle(g)
+	var memberWrites []string
+	for _, w := range e.hubWritesIn(ns) {
+		if !strings.HasPrefix(w, "hub: ") {
+			memberWrites = append(memberWrites, w)
+		}
+	}
+	g.Expect(memberWrites).To(ConsistOf(
+		"m1: PATCH /apis/apps/v1/namespaces/cost/statefulsets/ledger",
+		"m2: PATCH /apis/apps/v1/namespaces/cost/statefulsets/ledger",
+	), "member writes of a replicas change")
+
+	// Delete: every object is deleted once, the finalizer goes in one request.
+	e.writes.reset()
+	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "ledger"))).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "ledger"}, &fleetv1alpha1.Database{}))
+	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	e.settle(g)
+	seen := map[string]int{}
+	for _, w := range e.hubWritesIn(ns) {
+		seen[w]++
+	}
+	for _, m := range []string{"m1", "m2"} {
+		for _, path := range []string{
+			"/apis/apps/v1/namespaces/cost/statefulsets/ledger",
+			"/api/v1/namespaces/cost/persistentvolumeclaims/data-ledger-0",
+			"/api/v1/namespaces/cost/secrets/ledger-credentials",
+		} {
+			g.Expect(seen).To(HaveKeyWithValue(m+": DELETE "+path, 1), "deletes sent")
+		}
+	}
+	for w, n := range seen {
+		if !strings.HasSuffix(w, "/status") {
+			g.Expect(n).To(Equal(1), "%s sent %d times", w, n)
+		}
+	}
+	g.Expect(seen).To(HaveKeyWithValue("hub: PATCH /apis/fleetdb.io/v1alpha1/namespaces/cost/databases/ledger", 1), "finalizer removal")
 }
 
 func testAtRest(t *testing.T, e *env) {
