@@ -42,6 +42,10 @@ type memberSyncReconciler struct {
 	tracer trace.Tracer
 	// lineage tells the syncs that carry a change out from later ones.
 	lineage syncLineage
+	// limiter caps the syncs in flight per member; self is this controller's
+	// queue, where parked requests go back.
+	limiter *memberLimiter
+	self    *queueRef
 }
 
 // Reconcile syncs one Database in one member, bounded by the member call timeout.
@@ -50,6 +54,14 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 	if cluster == "" {
 		return ctrl.Result{}, nil
 	}
+	if !r.limiter.acquire(req) {
+		return ctrl.Result{}, nil // parked: back in the queue when a sync of this member ends
+	}
+	defer func() {
+		if next, ok := r.limiter.release(cluster); ok {
+			r.self.addWith(string(next.ClusterName), next.NamespacedName, priorityChange, 0)
+		}
+	}()
 	log := ctrl.LoggerFrom(ctx).WithValues("cluster", cluster, "database", key.String())
 	ctx = ctrl.LoggerInto(ctx, log)
 	p := r.state.plan(key)

@@ -10,7 +10,6 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -251,16 +250,7 @@ func (it *item) check(cur client.Object, err error, dbNamespace, dbName string) 
 
 // parallel runs fns at once and joins their errors.
 func parallel(fns []func() error) error {
-	if len(fns) == 1 {
-		return fns[0]()
-	}
-	errs := make([]error, len(fns))
-	var wg sync.WaitGroup
-	for i, fn := range fns {
-		wg.Go(func() { errs[i] = fn() })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(runAll(fns)...)
 }
 
 // upToDate reports whether the member holds exactly what was last applied:

@@ -51,20 +51,22 @@ func Teardown(ctx context.Context, c client.Client, namespace, name string, poli
 		return false, fmt.Errorf("teardown %s/%s: unknown deletion policy %q", namespace, name, policy)
 	}
 
-	// Every kind at once: one round trip or two per member, not one per object.
-	steps := make([]func() error, 0, len(remove)+len(release))
+	// The workload goes first, on its own, so that its pods stop before what
+	// they use goes; then every other kind at once: two round trips per
+	// member, not one per object.
+	var first, rest []func() error
 	for _, k := range remove {
-		steps = append(steps, func() error { return deleteManaged(ctx, c, k, namespace, name, memo) })
+		step := func() error { return deleteManaged(ctx, c, k, namespace, name, memo) }
+		if k.gvk.Kind == "StatefulSet" {
+			first = append(first, step)
+		} else {
+			rest = append(rest, step)
+		}
 	}
 	for _, k := range release {
-		steps = append(steps, func() error { return releaseManaged(ctx, c, k, namespace, name) })
+		rest = append(rest, func() error { return releaseManaged(ctx, c, k, namespace, name) })
 	}
-	errs := make([]error, len(steps))
-	var wg sync.WaitGroup
-	for i, step := range steps {
-		wg.Go(func() { errs[i] = step() })
-	}
-	wg.Wait()
+	errs := append(runAll(first), runAll(rest)...)
 	if err := multierror.Append(nil, errs...).ErrorOrNil(); err != nil {
 		return false, fmt.Errorf("teardown %s/%s: %w", namespace, name, err)
 	}
@@ -125,4 +127,15 @@ func releaseManaged(ctx context.Context, c client.Client, k managedKind, namespa
 		}
 	}
 	return errs.ErrorOrNil()
+}
+
+// runAll runs steps at once and returns their errors.
+func runAll(steps []func() error) []error {
+	errs := make([]error, len(steps))
+	var wg sync.WaitGroup
+	for i, step := range steps {
+		wg.Go(func() { errs[i] = step() })
+	}
+	wg.Wait()
+	return errs
 }

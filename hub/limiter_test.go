@@ -1,0 +1,56 @@
+package hub
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
+)
+
+func syncReq(cluster, name string) mcreconcile.Request {
+	return request(cluster, types.NamespacedName{Namespace: "ns", Name: name})
+}
+
+func TestMemberLimiter(t *testing.T) {
+	l := newMemberLimiter(2)
+	// Two syncs of the slow member run; the third and fourth are parked, once each.
+	for _, name := range []string{"a", "b"} {
+		if !l.acquire(syncReq("slow", name)) {
+			t.Fatalf("sync %s of slow refused below the limit", name)
+		}
+	}
+	for _, name := range []string{"c", "d", "c"} {
+		if l.acquire(syncReq("slow", name)) {
+			t.Fatalf("sync %s of slow ran above the limit", name)
+		}
+	}
+	// Other members are not held up by the slow one.
+	for _, name := range []string{"a", "b"} {
+		if !l.acquire(syncReq("fast", name)) {
+			t.Fatalf("sync %s of fast refused while slow is full", name)
+		}
+	}
+	// Each sync that ends hands over one parked request, in arrival order.
+	next, ok := l.release("slow")
+	if !ok || next != syncReq("slow", "c") {
+		t.Fatalf("first release: got %v %v, want c", next, ok)
+	}
+	if !l.acquire(next) {
+		t.Fatal("the handed-over request found no free slot")
+	}
+	next, ok = l.release("slow")
+	if !ok || next != syncReq("slow", "d") {
+		t.Fatalf("second release: got %v %v, want d", next, ok)
+	}
+	if _, ok := l.release("slow"); ok {
+		t.Fatal("a parked request was handed over twice")
+	}
+	if _, ok := l.release("fast"); ok {
+		t.Fatal("fast had nothing parked")
+	}
+	// Once everything ended the limiter holds nothing.
+	l.release("fast")
+	if len(l.inflight) != 0 || len(l.parked) != 0 || len(l.queued) != 0 {
+		t.Fatalf("leftover state: inflight %v parked %v queued %v", l.inflight, l.parked, l.queued)
+	}
+}
