@@ -15,8 +15,10 @@ const (
 	DefaultDatabaseWorkers = 16
 	// DefaultMemberWorkers is the member sync controller's concurrency. Member
 	// syncs are bounded by DefaultMemberCallTimeout, so a dead member holds a
-	// worker for at most that long, and only when its probe still says Ready.
-	DefaultMemberWorkers = 16
+	// worker for at most that long, and only when its probe still says Ready;
+	// and one member holds at most a quarter of the workers (memberLimiter),
+	// so a slow member leaves the rest to the others.
+	DefaultMemberWorkers = 32
 	// DefaultHubNamespace is where the hub runs.
 	DefaultHubNamespace = "fleetdb-system"
 	// hubReconcileTimeout bounds one Database reconcile (hub calls only).
@@ -27,7 +29,7 @@ const (
 	// progressCoalesceDelay folds progress within a phase (ready replicas
 	// counting up, messages) into fewer status writes; a phase change still
 	// goes out after statusCoalesceDelay.
-	progressCoalesceDelay = 300 * time.Millisecond
+	progressCoalesceDelay = 500 * time.Millisecond
 	// teardownPoll is how often a teardown that waits for objects to go is retried.
 	teardownPoll = 2 * time.Second
 )

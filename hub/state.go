@@ -140,9 +140,11 @@ type resultChange int
 const (
 	// resultSame: nothing but timestamps.
 	resultSame resultChange = iota
-	// resultProgress: details (ready replicas, message, endpoint) but not the phase.
+	// resultProgress: details (ready replicas, message, endpoint), or a step
+	// on the way to Ready (Pending, Provisioning).
 	resultProgress
-	// resultPhase: the member's phase, or whether it is reachable, holds the workload or is torn down.
+	// resultPhase: the member turned Ready, failed (Degraded, Conflict,
+	// Unreachable) or is being or was torn down: what users and the rollout wait for.
 	resultPhase
 )
 
@@ -160,11 +162,12 @@ func (s *state) record(key types.NamespacedName, cluster string, r *memberResult
 	switch {
 	case r.sameAs(prev):
 		return resultSame
-	case prev == nil || prev.Status.Phase != r.Status.Phase || prev.HasWorkload != r.HasWorkload ||
-		prev.TornDown != r.TornDown || prev.Unreachable != r.Unreachable:
-		return resultPhase
+	case prev != nil && prev.Status.Phase == r.Status.Phase && prev.TornDown == r.TornDown && prev.Unreachable == r.Unreachable:
+		return resultProgress
+	case r.Status.Phase == fleetv1alpha1.ClusterPhasePending || r.Status.Phase == fleetv1alpha1.ClusterPhaseProvisioning:
+		return resultProgress
 	}
-	return resultProgress
+	return resultPhase
 }
 
 // resultsFor returns a copy of the results of a Database.
