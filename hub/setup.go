@@ -53,7 +53,10 @@ func memberKinds() []client.Object {
 // databaseEvents enqueues a Database for its own events. An update that
 // changes neither the spec (generation) nor the deletion, such as the hub's
 // own status and finalizer writes, goes behind new Databases, spec changes
-// and deletions: in a burst, first fan-outs are not queued behind them.
+// and deletions (in a burst, first fan-outs are not queued behind them), and
+// only after progressCoalesceDelay: the reconcile that wrote the status was
+// up to date, and member results that arrive meanwhile fold into one write.
+// Someone else's edit of the status is still put right.
 func databaseEvents(name multicluster.ClusterName, _ cluster.Cluster) handler.TypedEventHandler[client.Object, mcreconcile.Request] {
 	add := func(obj client.Object, q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
 		q.Add(request(string(name), client.ObjectKeyFromObject(obj)))
@@ -67,7 +70,7 @@ func databaseEvents(name multicluster.ClusterName, _ cluster.Cluster) handler.Ty
 			pq, ok := q.(priorityqueue.PriorityQueue[mcreconcile.Request])
 			if ok && o.GetGeneration() == n.GetGeneration() && o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) {
 				priority := priorityStatus
-				pq.AddWithOpts(priorityqueue.AddOpts{Priority: &priority}, request(string(name), client.ObjectKeyFromObject(n)))
+				pq.AddWithOpts(priorityqueue.AddOpts{Priority: &priority, After: progressCoalesceDelay}, request(string(name), client.ObjectKeyFromObject(n)))
 				return
 			}
 			add(n, q)
