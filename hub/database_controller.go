@@ -85,6 +85,10 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 	}
 
 	if !db.DeletionTimestamp.IsZero() {
+		if r.state.finalized(db.UID) {
+			// This reconcile released it a moment ago; the cache has not seen it go.
+			return ctrl.Result{}, nil
+		}
 		return r.reconcileDelete(ctx, db)
 	}
 
@@ -219,6 +223,7 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, db *fleetv1alp
 			return ctrl.Result{}, err
 		}
 		r.state.forget(key)
+		r.state.markFinalized(db.UID)
 		return ctrl.Result{}, nil
 	}
 
@@ -252,14 +257,38 @@ func (r *databaseReconciler) finalizerAndCredentials(ctx context.Context, db *fl
 	)
 	snapshot := db.DeepCopy() // the finalizer patch rewrites db meanwhile
 	wg.Go(func() { creds, credErr = ensure(snapshot) })
-	patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.AddFinalizer(db, fleetv1alpha1.TeardownFinalizer)
-	finErr := r.hub.Patch(ctx, db, patch)
+	finErr := r.addFinalizer(ctx, db)
 	wg.Wait()
 	if finErr != nil {
 		return nil, fmt.Errorf("adding finalizer: %w", finErr)
 	}
 	return creds, credErr
+}
+
+// addFinalizer adds the teardown finalizer with an optimistic-lock patch (the
+// list is replaced as a whole, so it must be the current one). A conflict
+// usually means the cache has not seen an earlier reconcile's writes yet: the
+// Database is read live, and patched again only if it still lacks the finalizer.
+func (r *databaseReconciler) addFinalizer(ctx context.Context, db *fleetv1alpha1.Database) error {
+	for attempt := 0; ; attempt++ {
+		patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(db, fleetv1alpha1.TeardownFinalizer)
+		err := r.hub.Patch(ctx, db, patch)
+		if !apierrors.IsConflict(err) || attempt > 0 {
+			return err
+		}
+		fresh := &fleetv1alpha1.Database{}
+		if err := r.live.Get(ctx, client.ObjectKeyFromObject(db), fresh); err != nil {
+			return err
+		}
+		*db = *fresh
+		if controllerutil.ContainsFinalizer(db, fleetv1alpha1.TeardownFinalizer) {
+			return nil
+		}
+		if !db.DeletionTimestamp.IsZero() {
+			return fmt.Errorf("the Database is being deleted")
+		}
+	}
 }
 
 // fanOut publishes the plan and wakes the member syncs it gives new work

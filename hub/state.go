@@ -113,13 +113,41 @@ type state struct {
 	mu      sync.RWMutex
 	plans   map[types.NamespacedName]*plan
 	results map[types.NamespacedName]map[string]*memberResult
+	// released are Databases (by UID) whose finalizer the hub removed, and
+	// when: a reconcile on a cache that still shows them does nothing.
+	released map[types.UID]time.Time
 }
+
+// releasedMemory is how long a released Database is remembered.
+const releasedMemory = time.Minute
 
 func newState() *state {
 	return &state{
-		plans:   map[types.NamespacedName]*plan{},
-		results: map[types.NamespacedName]map[string]*memberResult{},
+		plans:    map[types.NamespacedName]*plan{},
+		results:  map[types.NamespacedName]map[string]*memberResult{},
+		released: map[types.UID]time.Time{},
 	}
+}
+
+// markFinalized remembers that the finalizer of the Database uid was removed.
+func (s *state) markFinalized(uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for u, at := range s.released {
+		if now.Sub(at) > releasedMemory {
+			delete(s.released, u)
+		}
+	}
+	s.released[uid] = now
+}
+
+// finalized reports whether the finalizer of the Database uid was removed recently.
+func (s *state) finalized(uid types.UID) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	at, ok := s.released[uid]
+	return ok && time.Since(at) <= releasedMemory
 }
 
 func (s *state) plan(key types.NamespacedName) *plan {
