@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -55,6 +56,13 @@ func ensureCredentials(ctx context.Context, c client.Client, live client.Reader,
 	}
 	switch {
 	case err == nil:
+		if leftoverOf(&s, db) {
+			// An earlier Database of this name (deleted, not yet garbage
+			// collected) left it: take it over, credentials and all.
+			if err := adopt(ctx, c, db, &s); err != nil {
+				return nil, err
+			}
+		}
 		if !metav1.IsControlledBy(&s, db) {
 			return nil, errForeignCredentials{name: key.String()}
 		}
@@ -73,6 +81,33 @@ func ensureCredentials(ctx context.Context, c client.Client, live client.Reader,
 		return nil, errLostCredentials{name: key.String()}
 	}
 	return createCredentials(ctx, c, db, key, data)
+}
+
+// leftoverOf reports whether s is the credentials Secret of an earlier
+// Database of db's name: fleetdb's labels for it, and controlled by a
+// Database of that name with another UID (two Databases of one name cannot
+// exist at once, so that one is gone).
+func leftoverOf(s *corev1.Secret, db *fleetv1alpha1.Database) bool {
+	owner := metav1.GetControllerOf(s)
+	l := s.Labels
+	return owner != nil && owner.Kind == "Database" && owner.Name == db.Name && owner.UID != db.UID &&
+		strings.HasPrefix(owner.APIVersion, fleetv1alpha1.GroupVersion.Group+"/") &&
+		l[fleetv1alpha1.LabelManagedBy] == fleetv1alpha1.ManagedByValue &&
+		l[fleetv1alpha1.LabelDatabaseNamespace] == db.Namespace && l[fleetv1alpha1.LabelDatabaseName] == db.Name
+}
+
+// adopt makes db the controller of s in place of the earlier Database, with
+// an optimistic lock (the garbage collector may be deleting it).
+func adopt(ctx context.Context, c client.Client, db *fleetv1alpha1.Database, s *corev1.Secret) error {
+	patch := client.MergeFromWithOptions(s.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	s.OwnerReferences = nil
+	if err := controllerutil.SetControllerReference(db, s, c.Scheme()); err != nil {
+		return fmt.Errorf("owning credentials secret: %w", err)
+	}
+	if err := c.Patch(ctx, s, patch); err != nil {
+		return fmt.Errorf("adopting the credentials secret of an earlier Database %s: %w", db.Name, err)
+	}
+	return nil
 }
 
 // createCredentials creates the hub Secret with data, or with new random

@@ -33,7 +33,7 @@ import (
 // +kubebuilder:rbac:groups=fleetdb.io,resources=databases/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=fleetdb.io,resources=databases/finalizers,verbs=update
 // +kubebuilder:rbac:groups=fleetdb.io,resources=memberclusters,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // databaseReconciler is the hub's Database controller: finalizer, placement,

@@ -37,6 +37,7 @@ func TestHub(t *testing.T) {
 	t.Run("drift in a member is put back", func(t *testing.T) { testDrift(t, e) })
 	t.Run("lost hub credentials are recovered, never regenerated", func(t *testing.T) { testCredentialsRecovered(t, e) })
 	t.Run("protected namespaces are refused", func(t *testing.T) { testProtected(t, e) })
+	t.Run("a Database deleted and created again under its name runs again", func(t *testing.T) { testRecreate(t, e) })
 	t.Run("a fleet at rest makes no writes", func(t *testing.T) { testAtRest(t, e) })
 	t.Run("a change writes what it changes, once", func(t *testing.T) { testChangeCost(t, e) })
 	t.Run("delete removes everything per deletionPolicy", func(t *testing.T) { testDelete(t, e) })
@@ -380,6 +381,37 @@ func testDrift(t *testing.T, e *env) {
 
 	// The change is reported as an Event on the Database.
 	g.Eventually(e.eventSeen(ns, "DriftCorrected", "m1")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+}
+
+// testRecreate: the hub credentials Secret of a deleted Database stays until
+// the garbage collector removes it (never, on this hub without a controller
+// manager); a new Database of the same name takes it over instead of stalling.
+func testRecreate(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("recreate")
+	g.Expect(e.hub.Create(e.ctx, newDB(ns, "again", "m1"))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getDB(ns, "again").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	first := e.getDB(ns, "again")
+	g.Expect(e.hub.Delete(e.ctx, first)).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "again"}, &fleetv1alpha1.Database{}))
+	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	var old corev1.Secret
+	g.Expect(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "again-credentials"}, &old)).To(Succeed(), "the leftover this test is about")
+
+	g.Expect(e.hub.Create(e.ctx, newDB(ns, "again", "m1"))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		db := e.getDB(ns, "again")
+		g.Expect(db.UID).NotTo(Equal(first.UID))
+		g.Expect(db.Status.Phase).To(Equal(fleetv1alpha1.PhaseReady), "status: %+v", db.Status.Conditions)
+		var s corev1.Secret
+		g.Expect(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "again-credentials"}, &s)).To(Succeed())
+		g.Expect(metav1.GetControllerOf(&s).UID).To(Equal(db.UID))
+		g.Expect(s.OwnerReferences).To(HaveLen(1))
+		g.Expect(s.Data).To(Equal(old.Data), "the same credentials")
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
 
 func testProtected(t *testing.T, e *env) {
