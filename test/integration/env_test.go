@@ -150,18 +150,20 @@ func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 		SkipControllerNameValidation: true,
 	})
 	g.Expect(err).NotTo(HaveOccurred())
+	// Stop the manager before the control planes go (cleanups run last-in
+	// first-out). The manager gets this context itself: reading e.ctx in the
+	// goroutine raced with the assignment, and a manager started on the outer
+	// context made the cleanup wait for a cancel that comes only after it.
+	ctx, cancel := context.WithCancel(e.ctx)
+	e.ctx = ctx
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := mgr.Start(e.ctx); err != nil {
+		if err := mgr.Start(ctx); err != nil {
 			t.Errorf("hub manager: %v", err)
 		}
 	}()
-	// Stop the manager before the control planes go (cleanups run last-in first-out).
-	ctx, cancel := context.WithCancel(e.ctx)
-	e.ctx = ctx
 	t.Cleanup(func() { cancel(); <-done })
-	_ = ctx
 
 	e.sim = newSimulator(e)
 	go e.sim.run(e.ctx)
