@@ -528,20 +528,23 @@ func (r *queueRef) add(cluster string, key types.NamespacedName) {
 	}
 }
 
-// addWith enqueues with a priority after a delay (0: now). A queue that is
-// not a priority queue takes the request without the priority.
+// addWith enqueues with a priority after a delay (0: now).
 func (r *queueRef) addWith(cluster string, key types.NamespacedName, priority int, after time.Duration) {
-	q := r.get()
-	if q == nil {
-		return
+	if q := r.get(); q != nil {
+		addWithPriority(q, request(cluster, key), priority, after)
 	}
+}
+
+// addWithPriority adds req to q with a priority after a delay (0: now). A
+// queue that is not a priority queue takes the request without the priority.
+func addWithPriority(q workqueue.TypedRateLimitingInterface[mcreconcile.Request], req mcreconcile.Request, priority int, after time.Duration) {
 	if pq, ok := q.(priorityqueue.PriorityQueue[mcreconcile.Request]); ok {
-		pq.AddWithOpts(priorityqueue.AddOpts{Priority: &priority, After: after}, request(cluster, key))
+		pq.AddWithOpts(priorityqueue.AddOpts{Priority: &priority, After: after}, req)
 		return
 	}
 	if after > 0 {
-		q.AddAfter(request(cluster, key), after)
+		q.AddAfter(req, after)
 		return
 	}
-	q.Add(request(cluster, key))
+	q.Add(req)
 }

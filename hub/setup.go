@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -67,10 +66,8 @@ func databaseEvents(name multicluster.ClusterName, _ cluster.Cluster) handler.Ty
 		},
 		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
 			o, n := e.ObjectOld, e.ObjectNew
-			pq, ok := q.(priorityqueue.PriorityQueue[mcreconcile.Request])
-			if ok && o.GetGeneration() == n.GetGeneration() && o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) {
-				priority := priorityStatus
-				pq.AddWithOpts(priorityqueue.AddOpts{Priority: &priority, After: progressCoalesceDelay}, request(string(name), client.ObjectKeyFromObject(n)))
+			if o.GetGeneration() == n.GetGeneration() && o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) {
+				addWithPriority(q, request(string(name), client.ObjectKeyFromObject(n)), priorityStatus, progressCoalesceDelay)
 				return
 			}
 			add(n, q)

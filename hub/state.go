@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/cache"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 )
@@ -113,41 +114,35 @@ type state struct {
 	mu      sync.RWMutex
 	plans   map[types.NamespacedName]*plan
 	results map[types.NamespacedName]map[string]*memberResult
-	// released are Databases (by UID) whose finalizer the hub removed, and
-	// when: a reconcile on a cache that still shows them does nothing.
-	released map[types.UID]time.Time
+	// released are Databases (by UID) whose finalizer the hub removed
+	// recently: a reconcile on a cache that still shows them does nothing.
+	released *cache.LRUExpireCache
 }
 
-// releasedMemory is how long a released Database is remembered.
-const releasedMemory = time.Minute
+const (
+	// releasedMemory is how long a released Database is remembered.
+	releasedMemory = time.Minute
+	// releasedEntries bounds the released Databases remembered.
+	releasedEntries = 4096
+)
 
 func newState() *state {
 	return &state{
 		plans:    map[types.NamespacedName]*plan{},
 		results:  map[types.NamespacedName]map[string]*memberResult{},
-		released: map[types.UID]time.Time{},
+		released: cache.NewLRUExpireCache(releasedEntries),
 	}
 }
 
 // markFinalized remembers that the finalizer of the Database uid was removed.
 func (s *state) markFinalized(uid types.UID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	for u, at := range s.released {
-		if now.Sub(at) > releasedMemory {
-			delete(s.released, u)
-		}
-	}
-	s.released[uid] = now
+	s.released.Add(uid, struct{}{}, releasedMemory)
 }
 
 // finalized reports whether the finalizer of the Database uid was removed recently.
 func (s *state) finalized(uid types.UID) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	at, ok := s.released[uid]
-	return ok && time.Since(at) <= releasedMemory
+	_, ok := s.released.Get(uid)
+	return ok
 }
 
 func (s *state) plan(key types.NamespacedName) *plan {

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/cache"
 )
 
 // Memo remembers, per member object, what fleetdb last applied and what the
@@ -19,14 +20,18 @@ import (
 type Memo struct {
 	mu      sync.Mutex
 	entries map[memoKey]memoEntry
-	// deleted are objects Teardown sent a delete for, by UID, and when: a
-	// teardown pass that runs on a cache that has not seen the deletion yet
-	// does not send it again.
-	deleted map[types.UID]time.Time
+	// deleted are objects Teardown sent a delete for, by UID: a teardown pass
+	// that runs on a cache that has not seen the deletion yet does not send
+	// it again. Entries expire; one evicted early costs one more delete.
+	deleted *cache.LRUExpireCache
 }
 
-// deletedMemory is how long a sent delete is remembered.
-const deletedMemory = time.Minute
+const (
+	// deletedMemory is how long a sent delete is remembered.
+	deletedMemory = time.Minute
+	// deletedEntries bounds the deletes remembered.
+	deletedEntries = 4096
+)
 
 type memoKey struct {
 	cluster   string
@@ -50,7 +55,7 @@ type memoEntry struct {
 
 // NewMemo returns an empty Memo.
 func NewMemo() *Memo {
-	return &Memo{entries: map[memoKey]memoEntry{}, deleted: map[types.UID]time.Time{}}
+	return &Memo{entries: map[memoKey]memoEntry{}, deleted: cache.NewLRUExpireCache(deletedEntries)}
 }
 
 // Forget drops everything remembered about cluster, e.g. when the hub
@@ -95,18 +100,9 @@ func (m *Memo) Wrote(cluster string, gvk schema.GroupVersionKind, obj metav1.Obj
 
 // markDeleted remembers that a delete was sent for uid.
 func (m *Memo) markDeleted(uid types.UID) {
-	if m == nil || uid == "" {
-		return
+	if m != nil && uid != "" {
+		m.deleted.Add(uid, struct{}{}, deletedMemory)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	now := time.Now()
-	for u, at := range m.deleted {
-		if now.Sub(at) > deletedMemory {
-			delete(m.deleted, u)
-		}
-	}
-	m.deleted[uid] = now
 }
 
 // deleteSent reports whether a delete for uid was sent recently.
@@ -114,10 +110,8 @@ func (m *Memo) deleteSent(uid types.UID) bool {
 	if m == nil || uid == "" {
 		return false
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	at, ok := m.deleted[uid]
-	return ok && time.Since(at) <= deletedMemory
+	_, ok := m.deleted.Get(uid)
+	return ok
 }
 
 func (m *Memo) get(k memoKey) (memoEntry, bool) {

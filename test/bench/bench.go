@@ -709,7 +709,15 @@ func (b *bench) settle(ctx context.Context, quiet, maxWait time.Duration) error 
 	return nil
 }
 
-func (b *bench) endPhase(ctx context.Context, m *phaseMark, changes int) (*WritePhase, error) {
+// endPhase closes the phase m of changes Database changes. With settleWithin
+// > 0 it first waits (that long at most) until the hub has made no write for
+// 3 s, so that the writes a change causes all count in its phase.
+func (b *bench) endPhase(ctx context.Context, m *phaseMark, changes int, settleWithin time.Duration) (*WritePhase, error) {
+	if settleWithin > 0 {
+		if err := b.settle(ctx, 3*time.Second, settleWithin); err != nil {
+			return nil, err
+		}
+	}
 	end, err := b.mark(ctx, m.name)
 	if err != nil {
 		return nil, err

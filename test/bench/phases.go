@@ -119,10 +119,7 @@ func (b *bench) oneAtATime(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := b.settle(ctx, 3*time.Second, time.Minute); err != nil {
-		return err
-	}
-	if _, err := b.endPhase(ctx, mk, k); err != nil {
+	if _, err := b.endPhase(ctx, mk, k, time.Minute); err != nil {
 		return err
 	}
 	kf.prop = b.rep.latency("create → StatefulSet in member", fProp, dProp, "per member×Database; fleetdb from the create call's return, floor from the start of the apply")
@@ -177,10 +174,7 @@ func (b *bench) oneAtATime(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := b.settle(ctx, 3*time.Second, time.Minute); err != nil {
-		return err
-	}
-	if _, err := b.endPhase(ctx, mk, k); err != nil {
+	if _, err := b.endPhase(ctx, mk, k, time.Minute); err != nil {
 		return err
 	}
 	b.rep.latency("update → new spec in member", fuProp, duProp, "replicas 2→3 seen in the member's StatefulSet")
@@ -241,10 +235,7 @@ func (b *bench) oneAtATime(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := b.settle(ctx, 3*time.Second, time.Minute); err != nil {
-		return err
-	}
-	if _, err := b.endPhase(ctx, mk, k); err != nil {
+	if _, err := b.endPhase(ctx, mk, k, time.Minute); err != nil {
 		return err
 	}
 	b.rep.latency("delete → StatefulSet gone in member", fdGone, ddGone, "")
@@ -445,10 +436,7 @@ func (b *bench) burstPhase(ctx context.Context) error {
 		fReadyLast = later(fReadyLast, hr)
 	}
 	fAllSeen, fAllReady := fSeenLast.Sub(start).Seconds()*1000, fReadyLast.Sub(start).Seconds()*1000
-	if err := b.settle(ctx, 3*time.Second, 2*time.Minute); err != nil {
-		return err
-	}
-	if _, err := b.endPhase(ctx, mk, m); err != nil {
+	if _, err := b.endPhase(ctx, mk, m, 2*time.Minute); err != nil {
 		return err
 	}
 	heapAfter := b.hub.heapMin(ctx, 10, 3*time.Second)
@@ -476,7 +464,7 @@ func (b *bench) burstPhase(ctx context.Context) error {
 	if err := sleep(ctx, b.cfg.rest); err != nil {
 		return err
 	}
-	rest, err := b.endPhase(ctx, mk, 0)
+	rest, err := b.endPhase(ctx, mk, 0, 0)
 	if err != nil {
 		return err
 	}
@@ -525,10 +513,7 @@ func (b *bench) burstPhase(ctx context.Context) error {
 		g, _ := b.hubGone(name(i))
 		hubGoneLast = later(hubGoneLast, g)
 	}
-	if err := b.settle(ctx, 3*time.Second, time.Minute); err != nil {
-		return err
-	}
-	if _, err := b.endPhase(ctx, mk, m); err != nil {
+	if _, err := b.endPhase(ctx, mk, m, time.Minute); err != nil {
 		return err
 	}
 	b.rep.latency(label+": delete → StatefulSet gone in member", fDel, dDel, "")

@@ -199,26 +199,14 @@ func (r *Report) print(w io.Writer) {
 	}
 	_ = tw.Flush()
 	for _, p := range r.Writes {
-		if len(p.HubByResource) == 0 {
-			continue
+		if len(p.HubByResource) > 0 {
+			fmt.Fprintf(w, "  hub writes in %s: %s\n", p.Phase, sortedPairs(p.HubByResource, "%s=%d"))
 		}
-		keys := slices.Sorted(maps.Keys(p.HubByResource))
-		parts := make([]string, 0, len(keys))
-		for _, k := range keys {
-			parts = append(parts, fmt.Sprintf("%s=%d", k, p.HubByResource[k]))
-		}
-		fmt.Fprintf(w, "  hub writes in %s: %s\n", p.Phase, strings.Join(parts, ", "))
 	}
 	for _, p := range r.Writes {
-		if len(p.HubMetrics) == 0 {
-			continue
+		if len(p.HubMetrics) > 0 {
+			fmt.Fprintf(w, "  hub metrics in %s: %s\n", p.Phase, sortedPairs(p.HubMetrics, "%s=%g"))
 		}
-		keys := slices.Sorted(maps.Keys(p.HubMetrics))
-		parts := make([]string, 0, len(keys))
-		for _, k := range keys {
-			parts = append(parts, fmt.Sprintf("%s=%g", k, p.HubMetrics[k]))
-		}
-		fmt.Fprintf(w, "  hub metrics in %s: %s\n", p.Phase, strings.Join(parts, ", "))
 	}
 
 	fmt.Fprintln(w, "\nTargets")
@@ -241,4 +229,14 @@ func perChangeStr(v float64) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.1f", v)
+}
+
+// sortedPairs formats m's entries with format (key, value), by key, comma-separated.
+func sortedPairs[V any](m map[string]V, format string) string {
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf(format, k, m[k]))
+	}
+	return strings.Join(parts, ", ")
 }

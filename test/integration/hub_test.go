@@ -534,13 +534,7 @@ func testAtRest(t *testing.T, e *env) {
 		}
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	// Let in-flight work and the simulator settle, then count.
-	var last int
-	g.Eventually(func() int {
-		n, _ := e.writes.writes()
-		d := n - last
-		last = n
-		return d
-	}).WithTimeout(eventually).WithPolling(3 * time.Second).Should(BeZero())
+	e.settle(g)
 	e.writes.reset()
 	time.Sleep(5 * time.Second)
 	n, log := e.writes.writes()
