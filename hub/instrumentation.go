@@ -18,10 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/telemetry"
 	"github.com/fleetdb/fleetdb/member"
 )
 
-// Outcomes: the AttrOutcome of spans and the outcome label of
+// Outcomes: the telemetry.AttrOutcome of spans and the outcome label of
 // fleetdb_member_sync_duration_seconds.
 const (
 	// A Database reconcile: done, done but looks again later (a teardown
@@ -47,6 +48,17 @@ const (
 	outcomeSkipped         = "skipped"
 )
 
+// Reasons of fleetdb_member_sync_errors_total.
+const (
+	errReasonConflict    = "conflict"
+	errReasonUnreachable = "unreachable"
+	errReasonApply       = "apply"
+	errReasonObserve     = "observe"
+	errReasonTeardown    = "teardown"
+	// errReasonHub: the hub's own read of the Database failed.
+	errReasonHub = "hub"
+)
+
 func (r memberRole) String() string {
 	switch r {
 	case roleApply:
@@ -65,17 +77,17 @@ func (r memberRole) String() string {
 // does nothing.
 func (r *databaseReconciler) startReconcileSpan(ctx context.Context, key types.NamespacedName) (context.Context, trace.Span) {
 	if r.tracer == nil {
-		return ctx, noopSpan
+		return ctx, telemetry.NoopSpan
 	}
-	ctx, span := r.tracer.Start(ctx, SpanDatabaseReconcile, trace.WithNewRoot())
+	ctx, span := r.tracer.Start(ctx, telemetry.SpanDatabaseReconcile, trace.WithNewRoot())
 	if span.IsRecording() {
 		span.SetAttributes(
-			AttrDatabaseNamespace.String(key.Namespace),
-			AttrDatabaseName.String(key.Name),
-			AttrReconcileID.String(string(controller.ReconcileIDFromContext(ctx))),
+			telemetry.AttrDatabaseNamespace.String(key.Namespace),
+			telemetry.AttrDatabaseName.String(key.Name),
+			telemetry.AttrReconcileID.String(string(controller.ReconcileIDFromContext(ctx))),
 		)
 	}
-	return withSpanLogger(ctx, span), span
+	return telemetry.WithSpanLogger(ctx, span), span
 }
 
 // endReconcileSpan records how the reconcile ended and ends its span.
@@ -90,7 +102,7 @@ func endReconcileSpan(span trace.Span, res ctrl.Result, err error) {
 		case res.RequeueAfter > 0:
 			outcome = outcomeRequeue
 		}
-		span.SetAttributes(AttrOutcome.String(outcome))
+		span.SetAttributes(telemetry.AttrOutcome.String(outcome))
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
@@ -109,22 +121,22 @@ func endReconcileSpan(span trace.Span, res ctrl.Result, err error) {
 // it takes.
 func (r *databaseReconciler) publish(ctx context.Context, key types.NamespacedName, p *plan) {
 	span := trace.SpanFromContext(ctx)
-	change := changeNew
+	change := telemetry.ChangeNew
 	if prev := r.state.plan(key); prev != nil && prev.traceparent != "" && sameChange(prev, p) {
-		p.traceparent, change = prev.traceparent, changeContinued
+		p.traceparent, change = prev.traceparent, telemetry.ChangeContinued
 	} else {
-		p.traceparent = traceparentOf(span.SpanContext())
+		p.traceparent = telemetry.TraceparentOf(span.SpanContext())
 	}
 	if span.IsRecording() {
 		span.SetAttributes(
-			AttrDatabaseUID.String(string(p.uid)),
-			AttrDatabaseGeneration.Int64(p.generation),
-			AttrMembersPlanned.Int(len(p.targets)),
-			AttrMembersTeardown.Int(len(p.teardown)),
-			AttrChange.String(change),
+			telemetry.AttrDatabaseUID.String(string(p.uid)),
+			telemetry.AttrDatabaseGeneration.Int64(p.generation),
+			telemetry.AttrMembersPlanned.Int(len(p.targets)),
+			telemetry.AttrMembersTeardown.Int(len(p.teardown)),
+			telemetry.AttrChange.String(change),
 		)
-		if change == changeContinued {
-			span.AddLink(trace.Link{SpanContext: spanContextOf(p.traceparent)})
+		if change == telemetry.ChangeContinued {
+			span.AddLink(trace.Link{SpanContext: telemetry.SpanContextOf(p.traceparent)})
 		}
 	}
 	r.state.setPlan(key, p)
@@ -141,7 +153,7 @@ func sameChange(a, b *plan) bool {
 // write: at Info when the phase changes, else at V(1).
 func statusComputed(ctx context.Context, db *fleetv1alpha1.Database, prev fleetv1alpha1.Phase, st fleetv1alpha1.DatabaseStatus, written bool) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(AttrDatabasePhase.String(string(st.Phase)), AttrDatabaseGeneration.Int64(db.Generation))
+		span.SetAttributes(telemetry.AttrDatabasePhase.String(string(st.Phase)), telemetry.AttrDatabaseGeneration.Int64(db.Generation))
 	}
 	if !written {
 		return
@@ -182,29 +194,29 @@ type memberSync struct {
 // link to the change, so a long-lived change's trace does not grow forever.
 func (r *memberSyncReconciler) startSync(ctx context.Context, cluster string, key types.NamespacedName, p *plan, role memberRole) (context.Context, memberSync) {
 	tracer := r.tracer
-	span := noopSpan
-	switch parent := spanContextOf(p.traceparent); {
+	span := telemetry.NoopSpan
+	switch parent := telemetry.SpanContextOf(p.traceparent); {
 	case tracer == nil:
 		// Tracing is off.
 	case !parent.IsValid():
-		ctx, span = tracer.Start(ctx, SpanMemberSync)
+		ctx, span = tracer.Start(ctx, telemetry.SpanMemberSync)
 	case r.lineage.first(key, cluster, p.traceparent, role):
-		ctx, span = tracer.Start(trace.ContextWithRemoteSpanContext(ctx, parent), SpanMemberSync)
+		ctx, span = tracer.Start(trace.ContextWithRemoteSpanContext(ctx, parent), telemetry.SpanMemberSync)
 	default:
-		ctx, span = tracer.Start(ctx, SpanMemberSync, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: parent}))
+		ctx, span = tracer.Start(ctx, telemetry.SpanMemberSync, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: parent}))
 	}
 	if span.IsRecording() {
 		span.SetAttributes(
-			AttrCluster.String(cluster),
-			AttrDatabaseNamespace.String(key.Namespace),
-			AttrDatabaseName.String(key.Name),
-			AttrDatabaseGeneration.Int64(p.generation),
-			AttrRole.String(role.String()),
-			AttrReconcileID.String(string(controller.ReconcileIDFromContext(ctx))),
+			telemetry.AttrCluster.String(cluster),
+			telemetry.AttrDatabaseNamespace.String(key.Namespace),
+			telemetry.AttrDatabaseName.String(key.Name),
+			telemetry.AttrDatabaseGeneration.Int64(p.generation),
+			telemetry.AttrRole.String(role.String()),
+			telemetry.AttrReconcileID.String(string(controller.ReconcileIDFromContext(ctx))),
 		)
 	}
 	s := memberSync{span: span, start: time.Now(), cluster: cluster, key: key, role: role, traceparent: p.traceparent, lineage: &r.lineage}
-	return withSpanLogger(ctx, span), s
+	return telemetry.WithSpanLogger(ctx, span), s
 }
 
 // unreachable: the member could not be reached; the sync records it and stops.
@@ -243,10 +255,10 @@ func (s *memberSync) end(err error) {
 		s.outcome = outcomeSkipped
 	}
 	if s.outcome != outcomeSkipped {
-		memberSyncDuration.WithLabelValues(s.cluster, s.outcome).Observe(time.Since(s.start).Seconds())
+		telemetry.ObserveMemberSync(s.cluster, s.outcome, time.Since(s.start))
 	}
 	if s.reason != "" {
-		memberSyncErrors.WithLabelValues(s.cluster, s.reason).Inc()
+		telemetry.CountMemberSyncError(s.cluster, s.reason)
 	}
 	switch {
 	case s.outcome == outcomeTornDown:
@@ -261,7 +273,7 @@ func (s *memberSync) end(err error) {
 		span.End()
 		return
 	}
-	span.SetAttributes(AttrOutcome.String(s.outcome), AttrObjectsApplied.Int(s.applied), AttrObjectsRestored.Int(s.restored))
+	span.SetAttributes(telemetry.AttrOutcome.String(s.outcome), telemetry.AttrObjectsApplied.Int(s.applied), telemetry.AttrObjectsRestored.Int(s.restored))
 	switch {
 	case err != nil:
 		span.RecordError(err)

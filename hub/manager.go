@@ -17,6 +17,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
 
 // NewScheme returns the scheme of the hub and its members.
@@ -71,12 +72,12 @@ func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.P
 		if wrap != nil {
 			rt = wrap(cluster, rt)
 		}
-		return traceTransport(cluster, rt)
+		return telemetry.Transport(cluster, rt)
 	}
 	provider := clusters.New(reg)
 
 	hubCfg := rest.CopyConfig(cfg.Hub)
-	hubCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return traceTransport("", rt) })
+	hubCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return telemetry.Transport("", rt) })
 	if hubCfg.QPS == 0 {
 		hubCfg.QPS, hubCfg.Burst = 100, 200
 	}

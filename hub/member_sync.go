@@ -19,6 +19,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/internal/telemetry"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -194,7 +195,7 @@ func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c 
 		return member.ApplyResult{}, fmt.Errorf("rendering: %w", err)
 	}
 	res, err := member.Apply(ctx, cluster, c, live, objs, r.memo)
-	countRestored(cluster, res.Restored)
+	telemetry.CountRestored(cluster, res.Restored)
 	if err != nil {
 		return res, err
 	}

@@ -29,6 +29,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/internal/telemetry"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -130,7 +131,7 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 
 	dbr := &databaseReconciler{
 		hub: local.GetClient(), live: local.GetAPIReader(), provider: provider, state: st,
-		opts: opts, recorder: recorder, members: memberQueue, now: time.Now, tracer: hubTracer(),
+		opts: opts, recorder: recorder, members: memberQueue, now: time.Now, tracer: telemetry.Tracer(),
 	}
 	// multicluster-runtime's builder does not take this from the manager's options.
 	skipNames := local.GetControllerOptions().SkipNameValidation
@@ -155,7 +156,7 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 
 	msr := &memberSyncReconciler{
 		mgr: mgr, hub: local.GetClient(), hubLive: local.GetAPIReader(), provider: provider, state: st, memo: member.NewMemo(),
-		opts: opts, recorder: recorder, databases: dbQueue, tracer: hubTracer(),
+		opts: opts, recorder: recorder, databases: dbQueue, tracer: telemetry.Tracer(),
 		limiter: newMemberLimiter(max(2, opts.MemberWorkers/4)), self: memberQueue,
 	}
 	b := mcbuilder.ControllerManagedBy(mgr).Named("member-sync")
@@ -179,7 +180,7 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 		return fmt.Errorf("member sync controller: %w", err)
 	}
 
-	fleetGauges.use(&fleetSource{hub: local.GetClient(), state: st, provider: provider})
+	telemetry.FleetGauges.Use(&fleetSource{hub: local.GetClient(), state: st, provider: provider})
 
 	sw := &sweeper{mgr: mgr, hub: local.GetClient(), state: st, provider: provider, timeout: opts.MemberCallTimeout, memo: msr.memo}
 	return local.Add(manager.RunnableFunc(func(ctx context.Context) error {

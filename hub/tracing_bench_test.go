@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fleetdb/fleetdb/internal/telemetry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
@@ -36,12 +38,12 @@ func BenchmarkTracingReconcilePath(b *testing.B) {
 		tracer func() trace.Tracer
 	}{
 		{"off", func() trace.Tracer { return nil }},
-		{"noop", func() trace.Tracer { return noop.NewTracerProvider().Tracer(instrumentationName) }},
+		{"noop", func() trace.Tracer { return noop.NewTracerProvider().Tracer(telemetry.InstrumentationName) }},
 		{"unsampled", func() trace.Tracer {
-			return sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample())).Tracer(instrumentationName)
+			return sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample())).Tracer(telemetry.InstrumentationName)
 		}},
 		{"recording", func() trace.Tracer {
-			return sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(drop)).Tracer(instrumentationName)
+			return sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(drop)).Tracer(telemetry.InstrumentationName)
 		}},
 	}
 	key := types.NamespacedName{Namespace: "team-a", Name: "orders"}
@@ -85,7 +87,7 @@ func BenchmarkTracingReconcilePath(b *testing.B) {
 			start := time.Now()
 			ctx := ctrl.LoggerInto(base, ctrl.LoggerFrom(base).WithValues("cluster", "m1", "database", key.String()))
 			_ = ctx
-			memberSyncDuration.WithLabelValues("m1", outcomeSynced).Observe(time.Since(start).Seconds())
+			telemetry.MemberSyncDuration.WithLabelValues("m1", outcomeSynced).Observe(time.Since(start).Seconds())
 		}
 	})
 	for _, p := range providers {

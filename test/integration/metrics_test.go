@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
-	"github.com/fleetdb/fleetdb/hub"
+	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
 
 // TestMetrics scrapes the hub's metrics endpoint while a Database goes
@@ -52,40 +52,40 @@ func TestMetrics(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		s := scrape(g)
 		for _, m := range members {
-			g.Expect(s.histogramCount(hub.MetricMemberSyncDuration, "cluster", m, "outcome", "synced")).To(BeNumerically(">", 0), m)
-			g.Expect(s.value(g, hub.MetricMemberReachable, "cluster", m)).To(Equal(1.0), m)
+			g.Expect(s.histogramCount(telemetry.MetricMemberSyncDuration, "cluster", m, "outcome", "synced")).To(BeNumerically(">", 0), m)
+			g.Expect(s.value(g, telemetry.MetricMemberReachable, "cluster", m)).To(Equal(1.0), m)
 		}
-		g.Expect(s.value(g, hub.MetricDatabases, "phase", "Ready")).To(BeNumerically(">=", 1))
+		g.Expect(s.value(g, telemetry.MetricDatabases, "phase", "Ready")).To(BeNumerically(">=", 1))
 		for _, phase := range []string{"Pending", "Provisioning", "Degraded", "Deleting", "Failed"} {
-			g.Expect(s.has(hub.MetricDatabases, "phase", phase)).To(BeTrue(), "every phase has a series: %s", phase)
+			g.Expect(s.has(telemetry.MetricDatabases, "phase", phase)).To(BeTrue(), "every phase has a series: %s", phase)
 		}
-		g.Expect(s.value(g, hub.MetricTeardownWaitingUnreachable)).To(Equal(0.0))
+		g.Expect(s.value(g, telemetry.MetricTeardownWaitingUnreachable)).To(Equal(0.0))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
 	// Drift: a ConfigMap deleted in m1 is put back and counted.
-	restoredBefore := scrape(g).valueOr0(hub.MetricDriftRestored, "cluster", "m1", "kind", "ConfigMap")
+	restoredBefore := scrape(g).valueOr0(telemetry.MetricDriftRestored, "cluster", "m1", "kind", "ConfigMap")
 	g.Expect(e.member("m1").Delete(e.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-config"}})).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		g.Expect(scrape(g).value(g, hub.MetricDriftRestored, "cluster", "m1", "kind", "ConfigMap")).To(BeNumerically(">", restoredBefore))
+		g.Expect(scrape(g).value(g, telemetry.MetricDriftRestored, "cluster", "m1", "kind", "ConfigMap")).To(BeNumerically(">", restoredBefore))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
 	// m3 drops off the network: it is unreachable, and its syncs fail for that reason.
-	unreachableBefore := scrape(g).valueOr0(hub.MetricMemberSyncErrors, "cluster", "m3", "reason", "unreachable")
+	unreachableBefore := scrape(g).valueOr0(telemetry.MetricMemberSyncErrors, "cluster", "m3", "reason", "unreachable")
 	e.proxies["m3"].Cut()
 	g.Eventually(func(g Gomega) {
 		s := scrape(g)
-		g.Expect(s.value(g, hub.MetricMemberReachable, "cluster", "m3")).To(Equal(0.0))
-		g.Expect(s.value(g, hub.MetricMemberReachable, "cluster", "m1")).To(Equal(1.0))
-		g.Expect(s.value(g, hub.MetricMemberSyncErrors, "cluster", "m3", "reason", "unreachable")).To(BeNumerically(">", unreachableBefore))
-		g.Expect(s.value(g, hub.MetricDatabases, "phase", "Degraded")).To(BeNumerically(">=", 1))
+		g.Expect(s.value(g, telemetry.MetricMemberReachable, "cluster", "m3")).To(Equal(0.0))
+		g.Expect(s.value(g, telemetry.MetricMemberReachable, "cluster", "m1")).To(Equal(1.0))
+		g.Expect(s.value(g, telemetry.MetricMemberSyncErrors, "cluster", "m3", "reason", "unreachable")).To(BeNumerically(">", unreachableBefore))
+		g.Expect(s.value(g, telemetry.MetricDatabases, "phase", "Degraded")).To(BeNumerically(">=", 1))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
 	// Deleting the Database now waits on m3 (timeout one hour) ...
 	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "orders"))).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		s := scrape(g)
-		g.Expect(s.value(g, hub.MetricTeardownWaitingUnreachable)).To(Equal(1.0))
-		g.Expect(s.value(g, hub.MetricDatabases, "phase", "Deleting")).To(BeNumerically(">=", 1))
+		g.Expect(s.value(g, telemetry.MetricTeardownWaitingUnreachable)).To(Equal(1.0))
+		g.Expect(s.value(g, telemetry.MetricDatabases, "phase", "Deleting")).To(BeNumerically(">=", 1))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
 	// ... until m3 is back: the teardown finishes and nothing waits.
@@ -93,9 +93,9 @@ func TestMetrics(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "orders"}, &fleetv1alpha1.Database{}))).To(BeTrue())
 		s := scrape(g)
-		g.Expect(s.value(g, hub.MetricMemberReachable, "cluster", "m3")).To(Equal(1.0))
-		g.Expect(s.value(g, hub.MetricTeardownWaitingUnreachable)).To(Equal(0.0))
-		g.Expect(s.histogramCount(hub.MetricMemberSyncDuration, "cluster", "m3", "outcome", "torn_down")).To(BeNumerically(">", 0))
+		g.Expect(s.value(g, telemetry.MetricMemberReachable, "cluster", "m3")).To(Equal(1.0))
+		g.Expect(s.value(g, telemetry.MetricTeardownWaitingUnreachable)).To(Equal(0.0))
+		g.Expect(s.histogramCount(telemetry.MetricMemberSyncDuration, "cluster", "m3", "outcome", "torn_down")).To(BeNumerically(">", 0))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
 

@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
-	"github.com/fleetdb/fleetdb/hub"
+	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
 
 // TestTracing proves SPEC 5's tracing against a real OTLP/gRPC peer: the hub
@@ -43,7 +43,7 @@ func TestTracing(t *testing.T) {
 		"OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER"} {
 		t.Setenv(k, "")
 	}
-	shutdown, err := hub.SetupTracing(context.Background(), "tracing-test")
+	shutdown, err := telemetry.SetupTracing(context.Background(), "tracing-test")
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	// Registered before the fleet, so it runs after the hub stopped.
 	t.Cleanup(func() {
@@ -94,44 +94,44 @@ func TestTracing(t *testing.T) {
 		change = nil
 		clear(syncSpans)
 		for _, s := range spans {
-			if s.name == hub.SpanDatabaseReconcile && s.spanID == changeSpanID {
+			if s.name == telemetry.SpanDatabaseReconcile && s.spanID == changeSpanID {
 				change = s
 			}
 		}
 		g.Expect(change).NotTo(BeNil(), "the Database.Reconcile span the traceparent names")
 		g.Expect(change.parentSpanID).To(BeEmpty(), "a reconcile is a root")
-		g.Expect(change.attrs).To(HaveKeyWithValue(string(hub.AttrDatabaseNamespace), ns))
-		g.Expect(change.attrs).To(HaveKeyWithValue(string(hub.AttrDatabaseName), "orders"))
-		g.Expect(change.attrs).To(HaveKeyWithValue(string(hub.AttrDatabaseUID), string(db.UID)))
-		g.Expect(change.attrs).To(HaveKeyWithValue(string(hub.AttrDatabaseGeneration), "1"))
-		g.Expect(change.attrs).To(HaveKeyWithValue(string(hub.AttrMembersPlanned), "3"))
-		g.Expect(change.attrs).To(HaveKeyWithValue(string(hub.AttrChange), "new"))
-		g.Expect(change.attrs).To(HaveKeyWithValue(string(hub.AttrOutcome), "ok"))
-		g.Expect(change.attrs).To(HaveKey(string(hub.AttrReconcileID)))
-		g.Expect(change.resource).To(HaveKeyWithValue("service.name", hub.DefaultServiceName))
+		g.Expect(change.attrs).To(HaveKeyWithValue(string(telemetry.AttrDatabaseNamespace), ns))
+		g.Expect(change.attrs).To(HaveKeyWithValue(string(telemetry.AttrDatabaseName), "orders"))
+		g.Expect(change.attrs).To(HaveKeyWithValue(string(telemetry.AttrDatabaseUID), string(db.UID)))
+		g.Expect(change.attrs).To(HaveKeyWithValue(string(telemetry.AttrDatabaseGeneration), "1"))
+		g.Expect(change.attrs).To(HaveKeyWithValue(string(telemetry.AttrMembersPlanned), "3"))
+		g.Expect(change.attrs).To(HaveKeyWithValue(string(telemetry.AttrChange), "new"))
+		g.Expect(change.attrs).To(HaveKeyWithValue(string(telemetry.AttrOutcome), "ok"))
+		g.Expect(change.attrs).To(HaveKey(string(telemetry.AttrReconcileID)))
+		g.Expect(change.resource).To(HaveKeyWithValue("service.name", telemetry.DefaultServiceName))
 		g.Expect(change.resource).To(HaveKeyWithValue("service.version", "tracing-test"))
 		g.Expect(change.resource).To(HaveKey("service.instance.id"))
 
 		for _, m := range members {
 			var synced []*span
 			for _, s := range spans {
-				if s.name != hub.SpanMemberSync || s.attrs[string(hub.AttrCluster)] != m {
+				if s.name != telemetry.SpanMemberSync || s.attrs[string(telemetry.AttrCluster)] != m {
 					continue
 				}
 				g.Expect(s.parentSpanID).To(Equal(changeSpanID), "%s: a member sync of the change is a child of its reconcile", m)
 				syncSpans[m] = append(syncSpans[m], s.spanID)
-				if s.attrs[string(hub.AttrOutcome)] == "synced" {
+				if s.attrs[string(telemetry.AttrOutcome)] == "synced" {
 					synced = append(synced, s)
 				}
 			}
 			g.Expect(synced).To(HaveLen(1), "%s: one sync carried the change out", m)
 			s := synced[0]
-			g.Expect(s.attrs).To(HaveKeyWithValue(string(hub.AttrDatabaseNamespace), ns))
-			g.Expect(s.attrs).To(HaveKeyWithValue(string(hub.AttrDatabaseName), "orders"))
-			g.Expect(s.attrs).To(HaveKeyWithValue(string(hub.AttrDatabaseGeneration), "1"))
-			g.Expect(s.attrs).To(HaveKeyWithValue(string(hub.AttrRole), "apply"))
-			g.Expect(s.attrs).To(HaveKeyWithValue(string(hub.AttrObjectsRestored), "0"))
-			g.Expect(s.attrs).To(HaveKeyWithValue(string(hub.AttrObjectsApplied), "7"), "%s: namespace, secret, configmap, 2 services, statefulset, pdb", m)
+			g.Expect(s.attrs).To(HaveKeyWithValue(string(telemetry.AttrDatabaseNamespace), ns))
+			g.Expect(s.attrs).To(HaveKeyWithValue(string(telemetry.AttrDatabaseName), "orders"))
+			g.Expect(s.attrs).To(HaveKeyWithValue(string(telemetry.AttrDatabaseGeneration), "1"))
+			g.Expect(s.attrs).To(HaveKeyWithValue(string(telemetry.AttrRole), "apply"))
+			g.Expect(s.attrs).To(HaveKeyWithValue(string(telemetry.AttrObjectsRestored), "0"))
+			g.Expect(s.attrs).To(HaveKeyWithValue(string(telemetry.AttrObjectsApplied), "7"), "%s: namespace, secret, configmap, 2 services, statefulset, pdb", m)
 			g.Expect(s.statusError).To(BeFalse())
 			syncSpan[m] = s
 
@@ -139,7 +139,7 @@ func TestTracing(t *testing.T) {
 			var calls []string
 			for _, c := range spans {
 				if c.parentSpanID == s.spanID && c.kind == tracepb.Span_SPAN_KIND_CLIENT {
-					g.Expect(c.attrs).To(HaveKeyWithValue(string(hub.AttrCluster), m))
+					g.Expect(c.attrs).To(HaveKeyWithValue(string(telemetry.AttrCluster), m))
 					calls = append(calls, c.name)
 				}
 			}
@@ -164,10 +164,10 @@ func TestTracing(t *testing.T) {
 				continue
 			}
 			switch s.name {
-			case hub.SpanMemberSync:
+			case telemetry.SpanMemberSync:
 				linkedSyncs++
-			case hub.SpanDatabaseReconcile:
-				g.Expect(s.attrs).To(HaveKeyWithValue(string(hub.AttrChange), "continued"))
+			case telemetry.SpanDatabaseReconcile:
+				g.Expect(s.attrs).To(HaveKeyWithValue(string(telemetry.AttrChange), "continued"))
 				linkedReconciles++
 			}
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fleetdb/fleetdb/clusters"
 	"github.com/fleetdb/fleetdb/hub"
+	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
 
 // version is the hub's version on its traces; set it with
@@ -63,7 +64,7 @@ func main() {
 	// Tracing is configured by the OTEL_* environment variables and off
 	// without an endpoint; a bad configuration leaves it off rather than
 	// keeping the hub down.
-	stopTracing, err := hub.SetupTracing(ctx, buildVersion())
+	stopTracing, err := telemetry.SetupTracing(ctx, buildVersion())
 	if err != nil {
 		log.Error(err, "tracing is off: bad OpenTelemetry configuration")
 	}

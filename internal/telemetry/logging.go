@@ -1,4 +1,4 @@
-package hub
+package telemetry
 
 import (
 	"context"
@@ -13,11 +13,11 @@ const (
 	logKeySpanID  = "spanID"
 )
 
-// withSpanLogger puts the span's trace and span ids into the context's
+// WithSpanLogger puts the span's trace and span ids into the context's
 // logger, so every log line of the reconcile can be found from its trace and
 // the other way round. With tracing off the span context is invalid and the
 // context is returned as is: no allocation, no empty keys.
-func withSpanLogger(ctx context.Context, span trace.Span) context.Context {
+func WithSpanLogger(ctx context.Context, span trace.Span) context.Context {
 	sc := span.SpanContext()
 	if !sc.IsValid() {
 		return ctx

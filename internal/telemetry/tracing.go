@@ -1,16 +1,14 @@
-package hub
+package telemetry
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -27,8 +25,8 @@ import (
 // OTEL_SERVICE_NAME (or service.name in OTEL_RESOURCE_ATTRIBUTES) says otherwise.
 const DefaultServiceName = "fleetdb-hub"
 
-// instrumentationName is the instrumentation scope of fleetdb's spans.
-const instrumentationName = "github.com/fleetdb/fleetdb/hub"
+// InstrumentationName is the instrumentation scope of fleetdb's spans.
+const InstrumentationName = "github.com/fleetdb/fleetdb/hub"
 
 // Span names.
 const (
@@ -71,8 +69,10 @@ const (
 
 // Values of AttrChange.
 const (
-	changeNew       = "new"
-	changeContinued = "continued"
+	// ChangeNew: the reconcile starts a change.
+	ChangeNew = "new"
+	// ChangeContinued: the reconcile works on the current change.
+	ChangeContinued = "continued"
 )
 
 // SetupTracing configures OpenTelemetry tracing from the standard OTEL_*
@@ -219,81 +219,35 @@ func (h *throttledErrorHandler) Handle(err error) {
 // defaultTracerProvider is the global provider before anyone installed one.
 var defaultTracerProvider = otel.GetTracerProvider()
 
-// hubTracer is the tracer of fleetdb's spans, from the global provider; nil
+// Tracer is the tracer of fleetdb's spans, from the global provider; nil
 // while none was installed (no OTEL_EXPORTER_OTLP_* endpoint): the
 // reconcilers then skip tracing altogether, so that off costs nothing, not
 // even a no-op span. Tracing is thus decided when the controllers are set
 // up: SetupTracing runs before NewManager.
-func hubTracer() trace.Tracer {
+func Tracer() trace.Tracer {
 	tp := otel.GetTracerProvider()
 	if tp == defaultTracerProvider {
 		return nil
 	}
-	return tp.Tracer(instrumentationName)
+	return tp.Tracer(InstrumentationName)
 }
 
-// noopSpan is the span of a reconcile when tracing is off.
-var noopSpan = trace.SpanFromContext(context.Background())
+// NoopSpan is the span of a reconcile when tracing is off.
+var NoopSpan = trace.SpanFromContext(context.Background())
 
-// traceparentOf renders a span context as a W3C traceparent ("" when invalid).
-func traceparentOf(sc trace.SpanContext) string {
+// TraceparentOf renders a span context as a W3C traceparent ("" when invalid).
+func TraceparentOf(sc trace.SpanContext) string {
 	if !sc.IsValid() {
 		return ""
 	}
 	return fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
 }
 
-// spanContextOf parses a W3C traceparent; the zero SpanContext when it is not one.
-func spanContextOf(traceparent string) trace.SpanContext {
+// SpanContextOf parses a W3C traceparent; the zero SpanContext when it is not one.
+func SpanContextOf(traceparent string) trace.SpanContext {
 	if traceparent == "" {
 		return trace.SpanContext{}
 	}
 	carrier := propagation.MapCarrier{"traceparent": traceparent}
 	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier))
-}
-
-// traceTransport wraps a hub or member transport so that every API call made
-// inside a traced reconcile becomes a client span (named by method and
-// resource, e.g. "PATCH statefulsets", with fleetdb.cluster) and carries the
-// traceparent header. Calls outside a recording span (informers' list and
-// watch, health probes) pass straight through: they would only be noise,
-// one root trace per watch or probe.
-//
-// cluster is the member's name, "" for the hub.
-func traceTransport(cluster string, rt http.RoundTripper) http.RoundTripper {
-	opts := []otelhttp.Option{
-		otelhttp.WithFilter(func(r *http.Request) bool { return trace.SpanFromContext(r.Context()).IsRecording() }),
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + apiResource(r.URL.Path) }),
-		otelhttp.WithPropagators(propagation.TraceContext{}),
-	}
-	if cluster != "" {
-		opts = append(opts, otelhttp.WithSpanOptions(trace.WithAttributes(AttrCluster.String(cluster))))
-	}
-	return otelhttp.NewTransport(rt, opts...)
-}
-
-// apiResource names the resource of a Kubernetes API path, with its
-// subresource: /apis/apps/v1/namespaces/a/statefulsets/b/status gives
-// "statefulsets/status". Span names stay low-cardinality: no object names.
-func apiResource(path string) string {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	switch {
-	case len(parts) >= 2 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis":
-		parts = parts[3:]
-	default:
-		return path
-	}
-	if len(parts) >= 3 && parts[0] == "namespaces" {
-		parts = parts[2:]
-	}
-	switch len(parts) {
-	case 0:
-		return path
-	case 1, 2:
-		return parts[0]
-	default:
-		return parts[0] + "/" + parts[2]
-	}
 }
