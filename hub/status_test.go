@@ -76,7 +76,7 @@ func TestComputeStatus(t *testing.T) {
 			results: map[string]*memberResult{"a": readyResult("a", 3), "b": readyResult("b", 3)},
 			check: func(g Gomega, st fleetv1alpha1.DatabaseStatus) {
 				g.Expect(st.Clusters[1].Message).To(ContainSubstring("waiting for the rollout"))
-				g.Expect(meta.FindStatusCondition(st.Conditions, fleetv1alpha1.ConditionProgressing).Reason).To(Equal(fleetv1alpha1.ReasonRollingOut))
+				g.Expect(meta.FindStatusCondition(st.Conditions, fleetv1alpha1.ConditionReconciling).Reason).To(Equal(fleetv1alpha1.ReasonRollingOut))
 			},
 		},
 		{
@@ -113,7 +113,7 @@ func TestComputeStatus(t *testing.T) {
 				g.Expect(st.Clusters).To(HaveLen(2))
 				g.Expect(st.Clusters[1].Phase).To(Equal(fleetv1alpha1.ClusterPhaseDeleting))
 				g.Expect(st.TargetClusters).To(BeEquivalentTo(1))
-				g.Expect(meta.IsStatusConditionTrue(st.Conditions, fleetv1alpha1.ConditionProgressing)).To(BeTrue())
+				g.Expect(meta.IsStatusConditionTrue(st.Conditions, fleetv1alpha1.ConditionReconciling)).To(BeTrue())
 			},
 		},
 	}

@@ -48,10 +48,13 @@ const (
 	ConditionReady = "Ready"
 	// ConditionPlaced is True when placement selected at least one member.
 	ConditionPlaced = "Placed"
-	// ConditionProgressing is True while members move to the current generation.
-	ConditionProgressing = "Progressing"
-	// ConditionReconciling mirrors Progressing under kstatus' name.
+	// ConditionReconciling is True while members move to the current
+	// generation or are being removed (kstatus' in-progress condition); it is
+	// absent otherwise, and False beside Stalled.
 	ConditionReconciling = "Reconciling"
+	// ConditionProgressing is no longer set (it repeated Reconciling): fleetdb
+	// removes it from the status of Databases written by earlier versions.
+	ConditionProgressing = "Progressing"
 	// ConditionDegraded is True when a member failed, conflicted or is unreachable; the message names which.
 	ConditionDegraded = "Degraded"
 	// ConditionStalled is True on a terminal error that retrying cannot fix.

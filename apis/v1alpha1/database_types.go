@@ -217,7 +217,7 @@ type DatabaseStatus struct {
 	// +optional
 	ReadySummary string `json:"readySummary,omitempty"`
 
-	// Conditions: Ready, Placed, Progressing, Degraded, Stalled, Deleting.
+	// Conditions: Ready, Placed, Reconciling, Degraded, Stalled, Deleting.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
