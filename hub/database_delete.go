@@ -1,0 +1,168 @@
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+)
+
+// reconcileDelete tears the Database down in every member it reached, then
+// drops the finalizer. A member unreachable for longer than
+// spec.teardown.unreachableTimeout no longer blocks: its leftovers are
+// collected when it comes back.
+func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseScope) (ctrl.Result, error) {
+	db := s.db
+	if r.state.finalized(db.UID) {
+		// This reconcile released it a moment ago; the cache has not seen it go.
+		return ctrl.Result{}, nil
+	}
+	if !controllerutil.ContainsFinalizer(db, fleetv1alpha1.TeardownFinalizer) {
+		r.state.forget(s.key)
+		return ctrl.Result{}, nil
+	}
+	s.results = r.state.resultsFor(s.key)
+	pending, requeue := r.settleTeardowns(ctx, s, r.membersReached(s))
+	if len(pending) == 0 {
+		if err := r.dropFinalizer(ctx, db); err != nil {
+			return ctrl.Result{}, err
+		}
+		r.state.forget(s.key)
+		r.state.markFinalized(db.UID)
+		return ctrl.Result{}, nil
+	}
+
+	r.fanOut(ctx, s.key, &plan{uid: db.UID, generation: db.Generation, policy: db.Spec.DeletionPolicy, teardown: pending})
+	st := computeStatus(statusInput{
+		db:          db,
+		teardown:    sortedKeys(pending),
+		results:     s.results,
+		unreachable: r.unreachable,
+		now:         r.now(),
+	})
+	s.status = &st
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// membersReached are the members a deleted Database may have objects in:
+// those in its status, with results, or in its last plan.
+func (r *databaseReconciler) membersReached(s *databaseScope) map[string]bool {
+	reached := map[string]bool{}
+	for _, c := range s.db.Status.Clusters {
+		reached[c.Name] = true
+	}
+	for name := range s.results {
+		reached[name] = true
+	}
+	if prev := r.state.plan(s.key); prev != nil {
+		for name := range prev.targets {
+			reached[name] = true
+		}
+		for name := range prev.teardown {
+			reached[name] = true
+		}
+	}
+	return reached
+}
+
+// settleTeardowns returns the members that still block a teardown, and when
+// to look again at the unreachable ones among them.
+func (r *databaseReconciler) settleTeardowns(ctx context.Context, s *databaseScope, members map[string]bool) (pending map[string]bool, requeue time.Duration) {
+	pending = map[string]bool{}
+	for name := range members {
+		done, wait := r.teardownSettled(ctx, s.db, name, s.results[name])
+		if !done {
+			pending[name] = true
+			requeue = minPositive(requeue, wait)
+		}
+	}
+	return pending, requeue
+}
+
+// teardownSettled says whether a member no longer blocks the Database's
+// teardown: its objects are gone, or it has been unreachable for longer than
+// the timeout. wait is when to look again for an unreachable member.
+func (r *databaseReconciler) teardownSettled(ctx context.Context, db *fleetv1alpha1.Database, name string, res *memberResult) (done bool, wait time.Duration) {
+	if res != nil && res.TornDown {
+		return true, 0
+	}
+	h := r.provider.Health(name)
+	if !h.Engaged && !r.registered(ctx, name) {
+		// The member left the registry: there is nothing left to reach.
+		return true, 0
+	}
+	down, _ := r.unreachable(name)
+	if !down {
+		return false, 0
+	}
+	start := h.Since
+	if !db.DeletionTimestamp.IsZero() && db.DeletionTimestamp.After(start) {
+		start = db.DeletionTimestamp.Time
+	}
+	timeout := db.EffectiveUnreachableTimeout()
+	if left := timeout - r.now().Sub(start); left > 0 {
+		return false, left
+	}
+	r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "TeardownSkipped", "Teardown",
+		"member %s unreachable for longer than %s: no longer blocking; its leftovers are removed when it reconnects", name, timeout)
+	return true, 0
+}
+
+func (r *databaseReconciler) dropFinalizer(ctx context.Context, db *fleetv1alpha1.Database) error {
+	if !controllerutil.ContainsFinalizer(db, fleetv1alpha1.TeardownFinalizer) {
+		return nil
+	}
+	// A JSON patch that tests the entry it removes: status writes in flight
+	// (which change the resourceVersion) cannot make it fail, and another
+	// controller's finalizer added meanwhile is kept, or moves the entry and
+	// fails the test (then the reconcile retries).
+	i := slices.Index(db.Finalizers, fleetv1alpha1.TeardownFinalizer)
+	path := fmt.Sprintf("/metadata/finalizers/%d", i)
+	body, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": path, "value": fleetv1alpha1.TeardownFinalizer},
+		{"op": "remove", "path": path},
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.hub.Patch(ctx, db, client.RawPatch(types.JSONPatchType, body)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing finalizer: %w", err)
+	}
+	return nil
+}
+
+func (r *databaseReconciler) registered(ctx context.Context, name string) bool {
+	var mc fleetv1alpha1.MemberCluster
+	return r.hub.Get(ctx, client.ObjectKey{Name: name}, &mc) == nil
+}
+
+// unreachable reports a member the registry cannot reach now.
+func (r *databaseReconciler) unreachable(name string) (bool, string) {
+	h := r.provider.Health(name)
+	if h.Ready {
+		return false, ""
+	}
+	why := h.Message
+	if why == "" {
+		why = h.Reason
+	}
+	if why == "" {
+		why = "not connected"
+	}
+	return true, why
+}
+
+func (r *databaseReconciler) reachable(name string) bool {
+	down, _ := r.unreachable(name)
+	return !down
+}
