@@ -19,7 +19,6 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
-	"github.com/fleetdb/fleetdb/member"
 )
 
 // Outcomes: the telemetry.AttrOutcome of spans and the outcome label of
@@ -167,8 +166,7 @@ func statusComputed(ctx context.Context, db *fleetv1alpha1.Database, prev fleetv
 }
 
 // memberSync instruments one member sync: its span, the trace ids in its
-// logger, its metrics. The sync says how it went (unreachable, conflict,
-// failed, finished); end reports it.
+// logger, its metrics. The envelope ends it with the work's outcome.
 type memberSync struct {
 	span        trace.Span
 	start       time.Time
@@ -177,13 +175,6 @@ type memberSync struct {
 	role        memberRole
 	traceparent string
 	lineage     *syncLineage
-
-	outcome string
-	// reason is the fleetdb_member_sync_errors_total reason of a failed sync.
-	reason string
-	// message says why a sync that returns no error still failed.
-	message           string
-	applied, restored int
 }
 
 // startSync starts the Member.Sync span. The first sync that carries out a
@@ -219,52 +210,26 @@ func (r *memberSyncReconciler) startSync(ctx context.Context, cluster string, ke
 	return telemetry.WithSpanLogger(ctx, span), s
 }
 
-// unreachable: the member could not be reached; the sync records it and stops.
-func (s *memberSync) unreachable(msg string) {
-	s.outcome, s.reason, s.message = outcomeUnreachable, errReasonUnreachable, msg
-}
-
-// conflict: an object fleetdb does not own blocks the member.
-func (s *memberSync) conflict(err error) {
-	s.outcome, s.reason, s.message = outcomeConflict, errReasonConflict, err.Error()
-}
-
-// failed: the sync returns err; reason is the step that failed, unless the
-// error says the member could not be reached.
-func (s *memberSync) failed(reason string, err error) {
-	s.outcome, s.reason = outcomeError, reason
-	if isUnreachable(err) {
-		s.reason = errReasonUnreachable
+// end records the sync's outcome on its metrics and span and ends the span.
+// An error the work did not classify counts against the role's step.
+func (s *memberSync) end(out syncOutcome) {
+	if out.err != nil && out.outcome != outcomeError {
+		out.outcome, out.reason = outcomeError, errorReason(s.role.String(), out.err)
 	}
-}
-
-// finish: the sync ended with outcome.
-func (s *memberSync) finish(outcome string) { s.outcome = outcome }
-
-// appliedObjects notes what member.Apply wrote.
-func (s *memberSync) appliedObjects(res member.ApplyResult) {
-	s.applied, s.restored = len(res.Applied), len(res.Restored)
-}
-
-// end records the sync's metrics and ends its span.
-func (s *memberSync) end(err error) {
-	if err != nil && s.outcome != outcomeError {
-		s.failed(s.role.String(), err)
+	if out.outcome == "" {
+		out.outcome = outcomeSkipped
 	}
-	if s.outcome == "" {
-		s.outcome = outcomeSkipped
+	if out.outcome != outcomeSkipped {
+		telemetry.ObserveMemberSync(s.cluster, out.outcome, time.Since(s.start))
 	}
-	if s.outcome != outcomeSkipped {
-		telemetry.ObserveMemberSync(s.cluster, s.outcome, time.Since(s.start))
-	}
-	if s.reason != "" {
-		telemetry.CountMemberSyncError(s.cluster, s.reason)
+	if out.reason != "" {
+		telemetry.CountMemberSyncError(s.cluster, out.reason)
 	}
 	switch {
-	case s.outcome == outcomeTornDown:
+	case out.outcome == outcomeTornDown:
 		s.lineage.forget(s.key, s.cluster)
-	case s.outcome == outcomeSynced && s.role == roleApply,
-		s.outcome == outcomeObserved && s.role == roleHold:
+	case out.outcome == outcomeSynced && s.role == roleApply,
+		out.outcome == outcomeObserved && s.role == roleHold:
 		s.lineage.complete(s.key, s.cluster, s.traceparent, s.role)
 	}
 
@@ -273,13 +238,14 @@ func (s *memberSync) end(err error) {
 		span.End()
 		return
 	}
-	span.SetAttributes(telemetry.AttrOutcome.String(s.outcome), telemetry.AttrObjectsApplied.Int(s.applied), telemetry.AttrObjectsRestored.Int(s.restored))
+	span.SetAttributes(telemetry.AttrOutcome.String(out.outcome),
+		telemetry.AttrObjectsApplied.Int(len(out.applied.Applied)), telemetry.AttrObjectsRestored.Int(len(out.applied.Restored)))
 	switch {
-	case err != nil:
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	case s.message != "":
-		span.SetStatus(codes.Error, s.message)
+	case out.err != nil:
+		span.RecordError(out.err)
+		span.SetStatus(codes.Error, out.err.Error())
+	case out.message != "":
+		span.SetStatus(codes.Error, out.message)
 	}
 	span.End()
 }

@@ -49,8 +49,10 @@ type memberSyncReconciler struct {
 	self    *queueRef
 }
 
-// Reconcile syncs one Database in one member, bounded by the member call timeout.
-func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (_ ctrl.Result, err error) {
+// Reconcile is the envelope of one member sync: the per-member slot, the
+// plan and role, the span and deadline; the work (sync) says how it went, and
+// the envelope records the result, the metrics and the span attributes once.
+func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
 	cluster, key := string(req.ClusterName), req.NamespacedName
 	if cluster == "" {
 		return ctrl.Result{}, nil
@@ -58,13 +60,8 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 	if !r.limiter.acquire(req) {
 		return ctrl.Result{}, nil // parked: back in the queue when a sync of this member ends
 	}
-	defer func() {
-		if next, ok := r.limiter.release(cluster); ok {
-			r.self.addWith(string(next.ClusterName), next.NamespacedName, priorityChange, 0)
-		}
-	}()
-	log := ctrl.LoggerFrom(ctx).WithValues("cluster", cluster, "database", key.String())
-	ctx = ctrl.LoggerInto(ctx, log)
+	defer r.releaseSlot(cluster)
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("cluster", cluster, "database", key.String()))
 	p := r.state.plan(key)
 	if p == nil {
 		// The Database controller has not planned this Database yet; it
@@ -77,94 +74,100 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 		return ctrl.Result{}, nil
 	}
 	ctx, tel := r.startSync(ctx, cluster, key, p, role)
-	defer func() { tel.end(err) }()
-
 	ctx, cancel := context.WithTimeout(ctx, r.opts.MemberCallTimeout)
-	defer cancel()
+	out := r.sync(ctx, cluster, key, p, role)
+	cancel()
+	if out.result != nil {
+		r.record(key, cluster, out.result)
+	}
+	tel.end(out)
+	return ctrl.Result{RequeueAfter: out.requeue}, out.err
+}
 
+// releaseSlot frees the member's slot and runs the request parked on it, if any.
+func (r *memberSyncReconciler) releaseSlot(cluster string) {
+	if next, ok := r.limiter.release(cluster); ok {
+		r.self.addWith(string(next.ClusterName), next.NamespacedName, priorityChange, 0)
+	}
+}
+
+// sync is the work of one member sync: the member's role in the plan,
+// carried out. An unreachable member is a condition, not an error storm:
+// the registry wakes the sync when the member comes back.
+func (r *memberSyncReconciler) sync(ctx context.Context, cluster string, key types.NamespacedName, p *plan, role memberRole) syncOutcome {
 	if h := r.provider.Health(cluster); !h.Engaged || !h.Ready {
-		// An unreachable member is a condition, not an error storm: the
-		// registry wakes us when it comes back.
-		tel.unreachable(h.Message)
-		r.record(key, cluster, &memberResult{
-			Status:      fleetv1alpha1.ClusterStatus{Name: cluster, Phase: fleetv1alpha1.ClusterPhaseUnreachable, Message: truncate(h.Message)},
-			Unreachable: true,
-		})
-		return ctrl.Result{}, nil
+		return unreachableOutcome(cluster, h.Message)
 	}
 	cl, err := r.mgr.GetCluster(ctx, multicluster.ClusterName(cluster))
 	if err != nil {
-		tel.unreachable("member not connected")
-		r.record(key, cluster, &memberResult{
-			Status:      fleetv1alpha1.ClusterStatus{Name: cluster, Phase: fleetv1alpha1.ClusterPhaseUnreachable, Message: "member not connected"},
-			Unreachable: true,
-		})
-		return ctrl.Result{}, nil
+		return unreachableOutcome(cluster, "member not connected")
 	}
-	c := cl.GetClient()
-
 	if role == roleTeardown {
-		done, err := member.Teardown(ctx, c, key.Namespace, key.Name, p.policy, r.memo)
-		if err != nil {
-			tel.failed(errReasonTeardown, err)
-			r.record(key, cluster, &memberResult{Status: deletingStatus(cluster, "teardown failed, retrying: "+err.Error())})
-			return ctrl.Result{}, err
-		}
-		if !done {
-			tel.finish(outcomeTeardownWaiting)
-			r.record(key, cluster, &memberResult{Status: deletingStatus(cluster, "waiting for objects to be removed")})
-			return ctrl.Result{RequeueAfter: teardownPoll}, nil
-		}
-		tel.finish(outcomeTornDown)
-		r.memo.ForgetDatabase(cluster, key.Namespace, key.Name)
-		r.record(key, cluster, &memberResult{Status: deletingStatus(cluster, "removed"), TornDown: true})
-		return ctrl.Result{}, nil
+		return r.teardown(ctx, cl.GetClient(), cluster, key, p)
 	}
 
 	db := &fleetv1alpha1.Database{}
 	if err := r.hub.Get(ctx, key, db); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.lineage.forgetDatabase(key)
-			return ctrl.Result{}, nil
+			return syncOutcome{}
 		}
-		tel.failed(errReasonHub, err)
-		return ctrl.Result{}, fmt.Errorf("reading database: %w", err)
+		return failedOutcome(errReasonHub, fmt.Errorf("reading database: %w", err), nil)
 	}
 	if db.UID != p.uid || !db.DeletionTimestamp.IsZero() {
 		// The plan is stale; the Database controller is about to replace it.
-		return ctrl.Result{}, nil
+		return syncOutcome{}
 	}
-
 	outcome := outcomeObserved
+	var applied member.ApplyResult
 	if role == roleApply && db.Generation == p.generation {
-		res, err := r.apply(ctx, cl.GetAPIReader(), c, cluster, db, p)
-		tel.appliedObjects(res)
+		res, err := r.apply(ctx, cl.GetAPIReader(), cl.GetClient(), cluster, db, p)
 		if err != nil {
-			var conflict *member.ConflictError
-			if errors.As(err, &conflict) {
-				// Terminal until something changes: the member's objects (watched) or the Database.
-				tel.conflict(conflict)
-				r.record(key, cluster, &memberResult{Status: fleetv1alpha1.ClusterStatus{
-					Name: cluster, Phase: fleetv1alpha1.ClusterPhaseConflict, Message: truncate(conflict.Error()),
-				}, HasWorkload: true})
-				return ctrl.Result{}, nil
-			}
-			tel.failed(errReasonApply, err)
-			r.recordFailure(key, cluster, err)
-			return ctrl.Result{}, err
+			out := r.applyFailed(key, cluster, err)
+			out.applied = res
+			return out
 		}
-		outcome = outcomeSynced
+		outcome, applied = outcomeSynced, res
 	}
+	out := r.observe(ctx, cl.GetClient(), key, cluster, db, outcome)
+	out.applied = applied
+	return out
+}
 
+// teardown removes the Database's objects from the member per the plan's
+// deletion policy, polling while they go.
+func (r *memberSyncReconciler) teardown(ctx context.Context, c client.Client, cluster string, key types.NamespacedName, p *plan) syncOutcome {
+	done, err := member.Teardown(ctx, c, key.Namespace, key.Name, p.policy, r.memo)
+	switch {
+	case err != nil:
+		return failedOutcome(errReasonTeardown, err, &memberResult{Status: deletingStatus(cluster, "teardown failed, retrying: "+err.Error())})
+	case !done:
+		out := finished(outcomeTeardownWaiting, &memberResult{Status: deletingStatus(cluster, "waiting for objects to be removed")})
+		out.requeue = teardownPoll
+		return out
+	}
+	r.memo.ForgetDatabase(cluster, key.Namespace, key.Name)
+	return finished(outcomeTornDown, &memberResult{Status: deletingStatus(cluster, "removed"), TornDown: true})
+}
+
+// applyFailed: an object fleetdb does not own blocks the member (terminal
+// until something changes: the member's objects, watched, or the Database),
+// or the apply failed and is retried.
+func (r *memberSyncReconciler) applyFailed(key types.NamespacedName, cluster string, err error) syncOutcome {
+	var conflict *member.ConflictError
+	if errors.As(err, &conflict) {
+		return conflictOutcome(cluster, conflict)
+	}
+	return failedOutcome(errReasonApply, err, r.failureResult(key, cluster, err))
+}
+
+// observe reads what the member runs for the Database.
+func (r *memberSyncReconciler) observe(ctx context.Context, c client.Client, key types.NamespacedName, cluster string, db *fleetv1alpha1.Database, outcome string) syncOutcome {
 	st, err := member.Observe(ctx, c, db, cluster)
 	if err != nil {
-		tel.failed(errReasonObserve, err)
-		r.recordFailure(key, cluster, err)
-		return ctrl.Result{}, err
+		return failedOutcome(errReasonObserve, err, r.failureResult(key, cluster, err))
 	}
-	tel.finish(outcome)
-	r.record(key, cluster, &memberResult{Status: st, HasWorkload: st.Phase != fleetv1alpha1.ClusterPhasePending})
-	return ctrl.Result{}, nil
+	return finished(outcome, &memberResult{Status: st, HasWorkload: st.Phase != fleetv1alpha1.ClusterPhasePending})
 }
 
 // apply renders the Database for the member and applies it; the objects
@@ -210,8 +213,8 @@ func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c 
 	return res, nil
 }
 
-// recordFailure keeps the last observation but marks the member degraded with why.
-func (r *memberSyncReconciler) recordFailure(key types.NamespacedName, cluster string, err error) {
+// failureResult keeps the last observation but marks the member degraded with why.
+func (r *memberSyncReconciler) failureResult(key types.NamespacedName, cluster string, err error) *memberResult {
 	prev := r.state.resultsFor(key)[cluster]
 	res := &memberResult{Status: fleetv1alpha1.ClusterStatus{Name: cluster}}
 	if prev != nil {
@@ -219,7 +222,7 @@ func (r *memberSyncReconciler) recordFailure(key types.NamespacedName, cluster s
 	}
 	res.Status.Phase = fleetv1alpha1.ClusterPhaseDegraded
 	res.Status.Message = truncate(err.Error())
-	r.record(key, cluster, res)
+	return res
 }
 
 // record stores a result and wakes the Database controller when it changed:

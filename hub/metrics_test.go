@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fleetdb/fleetdb/internal/telemetry"
+	"github.com/fleetdb/fleetdb/member"
 )
 
 func TestMetricsTeardownWaitingOn(t *testing.T) {
@@ -35,37 +36,31 @@ func TestMetricsMemberSyncOutcomes(t *testing.T) {
 	p := &plan{uid: "u", generation: 1}
 	for _, tc := range []struct {
 		name        string
-		run         func(s *memberSync) error
+		out         syncOutcome
 		outcome     string
 		errorReason string
 	}{
-		{"synced", func(s *memberSync) error { s.finish(outcomeSynced); return nil }, outcomeSynced, ""},
-		{"unreachable", func(s *memberSync) error { s.unreachable("probe failed"); return nil }, outcomeUnreachable, errReasonUnreachable},
-		{"conflict", func(s *memberSync) error { s.conflict(errors.New("not ours")); return nil }, outcomeConflict, errReasonConflict},
-		{"apply", func(s *memberSync) error {
-			err := errors.New("invalid")
-			s.failed(errReasonApply, err)
-			return err
-		}, outcomeError, errReasonApply},
-		{"apply, connection refused", func(s *memberSync) error {
-			err := fmt.Errorf("patching: %w", &net.OpError{Op: "dial", Err: errors.New("connection refused")})
-			s.failed(errReasonApply, err)
-			return err
-		}, outcomeError, errReasonUnreachable},
-		{"observe", func(s *memberSync) error {
-			err := errors.New("boom")
-			s.failed(errReasonObserve, err)
-			return err
-		}, outcomeError, errReasonObserve},
-		{"unexpected error", func(*memberSync) error { return errors.New("boom") }, outcomeError, errReasonApply},
+		{"synced", finished(outcomeSynced, nil), outcomeSynced, ""},
+		{"unreachable", unreachableOutcome("m1", "probe failed"), outcomeUnreachable, errReasonUnreachable},
+		{"conflict", conflictOutcome("m1", &member.ConflictError{Kind: "Secret", Namespace: "a", Name: "b"}), outcomeConflict, errReasonConflict},
+		{"apply", failedOutcome(errReasonApply, errors.New("invalid"), nil), outcomeError, errReasonApply},
+		{"apply, connection refused", failedOutcome(errReasonApply,
+			fmt.Errorf("patching: %w", &net.OpError{Op: "dial", Err: errors.New("connection refused")}), nil), outcomeError, errReasonUnreachable},
+		{"observe", failedOutcome(errReasonObserve, errors.New("boom"), nil), outcomeError, errReasonObserve},
+		{"unexpected error", syncOutcome{err: errors.New("boom")}, outcomeError, errReasonApply},
+		{"skipped: not counted", syncOutcome{}, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			cluster := "outcome-" + tc.name
 			errSeries := testutil.CollectAndCount(telemetry.MemberSyncErrors)
 			_, s := m.startSync(context.Background(), cluster, key, p, roleApply)
-			s.end(tc.run(&s))
-			g.Expect(histogramCount(g, cluster, tc.outcome)).To(BeEquivalentTo(1))
+			s.end(tc.out)
+			if tc.outcome != "" {
+				g.Expect(histogramCount(g, cluster, tc.outcome)).To(BeEquivalentTo(1))
+			} else {
+				g.Expect(histogramCount(g, cluster, outcomeSkipped)).To(BeZero())
+			}
 			if tc.errorReason != "" {
 				g.Expect(testutil.ToFloat64(telemetry.MemberSyncErrors.WithLabelValues(cluster, tc.errorReason))).To(Equal(1.0))
 			} else {

@@ -98,8 +98,7 @@ func BenchmarkTracingReconcilePath(b *testing.B) {
 			for b.Loop() {
 				ctx := ctrl.LoggerInto(base, ctrl.LoggerFrom(base).WithValues("cluster", "m1", "database", key.String()))
 				_, s := m.startSync(ctx, "m1", key, pl, roleApply)
-				s.finish(outcomeSynced)
-				s.end(nil)
+				s.end(finished(outcomeSynced, nil))
 			}
 		})
 	}

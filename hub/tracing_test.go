@@ -30,8 +30,7 @@ func TestTracingOffTracesNothing(t *testing.T) {
 	m := &memberSyncReconciler{}
 	got, s := m.startSync(ctx, "m1", key, r.state.plan(key), roleApply)
 	g.Expect(got).To(BeIdenticalTo(ctx))
-	s.finish(outcomeSynced)
-	s.end(nil)
+	s.end(finished(outcomeSynced, nil))
 }
 
 // TestTracingChangeLineage: a new generation or placement starts a change
@@ -82,8 +81,7 @@ func TestTracingChangeLineage(t *testing.T) {
 	p := r.state.plan(key)
 	runSync := func(role memberRole, outcome string) sdktrace.ReadOnlySpan {
 		_, s := m.startSync(context.Background(), "m1", key, p, role)
-		s.finish(outcome)
-		s.end(nil)
+		s.end(finished(outcome, nil))
 		all := rec.Ended()
 		return all[len(all)-1]
 	}
