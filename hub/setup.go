@@ -5,26 +5,18 @@ import (
 	"fmt"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
-	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
 	mchandler "sigs.k8s.io/multicluster-runtime/pkg/handler"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
-	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -33,133 +25,79 @@ import (
 	"github.com/fleetdb/fleetdb/member"
 )
 
-// MemberClusterOptions restrict every member cache to the objects fleetdb
-// manages, so the hub never caches a member's other Secrets or workloads.
-// Pass them as clusters.Options.ClusterOptions.
-func MemberClusterOptions() []cluster.Option {
-	return []cluster.Option{func(o *cluster.Options) {
-		o.Cache.DefaultLabelSelector = labels.SelectorFromSet(labels.Set{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue})
-	}}
-}
-
-// memberKinds are the member objects whose changes trigger a member sync
-// (drift is put back, readiness is reported).
-func memberKinds() []client.Object {
-	return []client.Object{
-		&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.ConfigMap{}, &corev1.Secret{}, &policyv1.PodDisruptionBudget{},
-	}
-}
-
-// databaseEvents enqueues a Database for its own events. An update that
-// changes neither the spec (generation) nor the deletion, such as the hub's
-// own status and finalizer writes, goes behind new Databases, spec changes
-// and deletions (in a burst, first fan-outs are not queued behind them), and
-// only after progressCoalesceDelay: the reconcile that wrote the status was
-// up to date, and member results that arrive meanwhile fold into one write.
-// Someone else's edit of the status is still put right.
-func databaseEvents(name multicluster.ClusterName, _ cluster.Cluster) handler.TypedEventHandler[client.Object, mcreconcile.Request] {
-	add := func(obj client.Object, q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
-		q.Add(request(string(name), client.ObjectKeyFromObject(obj)))
-	}
-	return handler.TypedFuncs[client.Object, mcreconcile.Request]{
-		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
-			add(e.Object, q)
-		},
-		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
-			o, n := e.ObjectOld, e.ObjectNew
-			if o.GetGeneration() == n.GetGeneration() && o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) {
-				addWithPriority(q, request(string(name), client.ObjectKeyFromObject(n)), priorityStatus, progressCoalesceDelay)
-				return
-			}
-			add(n, q)
-		},
-		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
-			add(e.Object, q)
-		},
-		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
-			add(e.Object, q)
-		},
-	}
-}
-
-// memberObjectEvents maps events on member objects of kind gvk to a member
-// sync of their Database. An event that shows exactly what the hub's own last
-// apply returned brings nothing new and is dropped (the StatefulSet's never
-// are: its status is what the sync observes). With deletesOnly, only
-// deletions count (volume claims: a waiting teardown completes at once).
-func (r *memberSyncReconciler) memberObjectEvents(gvk schema.GroupVersionKind, deletesOnly bool) mchandler.TypedEventHandlerFunc[client.Object, mcreconcile.Request] {
-	skipOwn := gvk.Kind != "StatefulSet" && !deletesOnly
-	return func(name multicluster.ClusterName, _ cluster.Cluster) handler.TypedEventHandler[client.Object, mcreconcile.Request] {
-		clusterName := string(name)
-		enqueue := func(obj client.Object, q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
-			if skipOwn && r.memo.Wrote(clusterName, gvk, obj) {
-				return
-			}
-			for _, req := range databaseOfMemberObject(context.Background(), obj) {
-				req.ClusterName = name
-				q.Add(req)
-			}
-		}
-		h := handler.TypedFuncs[client.Object, mcreconcile.Request]{
-			DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
-				enqueue(e.Object, q)
-			},
-		}
-		if !deletesOnly {
-			h.CreateFunc = func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
-				enqueue(e.Object, q)
-			}
-			h.UpdateFunc = func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
-				enqueue(e.ObjectNew, q)
-			}
-			h.GenericFunc = func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
-				enqueue(e.Object, q)
-			}
-		}
-		return h
-	}
-}
-
-// Setup registers the Database controller, the member sync controller and
-// the registry subscription with the manager.
+// Setup registers fleetdb's controllers with the manager: the Database
+// controller, the member sync controller and the member-sweep controller.
+// The registry reaches all three as a source of requests.
 func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provider, opts Options) error {
 	opts = opts.withDefaults()
 	local := mgr.GetLocalManager()
-	st := newState()
-	dbQueue, memberQueue := newQueueRef(), newQueueRef()
-	recorder := local.GetEventRecorder("fleetdb-hub")
-
-	dbr := &databaseReconciler{
-		hub: local.GetClient(), live: local.GetAPIReader(), provider: provider, state: st,
-		opts: opts, recorder: recorder, members: memberQueue, now: time.Now, tracer: telemetry.Tracer(),
+	w := &wiring{
+		mgr: mgr, provider: provider, opts: opts, state: newState(), memo: member.NewMemo(),
+		dbQueue: newQueueRef(), memberQueue: newQueueRef(), recorder: local.GetEventRecorder("fleetdb-hub"),
+		// multicluster-runtime's builder does not take this from the manager's options.
+		skipNames: local.GetControllerOptions().SkipNameValidation,
 	}
-	// multicluster-runtime's builder does not take this from the manager's options.
-	skipNames := local.GetControllerOptions().SkipNameValidation
+	if err := w.databaseController(); err != nil {
+		return fmt.Errorf("database controller: %w", err)
+	}
+	if err := w.memberSyncController(); err != nil {
+		return fmt.Errorf("member sync controller: %w", err)
+	}
+	if err := w.sweepController(); err != nil {
+		return fmt.Errorf("member sweep controller: %w", err)
+	}
+	telemetry.FleetGauges.Use(&fleetSource{hub: local.GetClient(), state: w.state, provider: provider})
+	return nil
+}
+
+// wiring is what the controllers share: the state they meet in and each
+// other's queues.
+type wiring struct {
+	mgr                  mcmanager.Manager
+	provider             *clusters.Provider
+	opts                 Options
+	state                *state
+	memo                 *member.Memo
+	dbQueue, memberQueue *queueRef
+	recorder             events.EventRecorder
+	skipNames            *bool
+}
+
+// databaseController: hub Database events, registry changes (MemberCluster
+// objects: placement may change; health: status and teardown accounting).
+func (w *wiring) databaseController() error {
+	local := w.mgr.GetLocalManager()
+	dbr := &databaseReconciler{
+		hub: local.GetClient(), live: local.GetAPIReader(), provider: w.provider, state: w.state,
+		opts: w.opts, recorder: w.recorder, members: w.memberQueue, now: time.Now, tracer: telemetry.Tracer(),
+	}
 	hubOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)}
-	err := mcbuilder.ControllerManagedBy(mgr).
+	return mcbuilder.ControllerManagedBy(w.mgr).
 		Named("database").
 		Watches(&fleetv1alpha1.Database{}, databaseEvents, hubOnly...).
 		Watches(&fleetv1alpha1.MemberCluster{},
-			mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](allDatabases(local.GetClient())),
-			mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)).
-		WatchesRawSource(captureQueue(dbQueue)).
+			mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](allDatabases(local.GetClient())), hubOnly...).
+		WatchesRawSource(registrySource[mcreconcile.Request]{provider: w.provider, requests: w.databasesOnMember}).
+		WatchesRawSource(captureQueue(w.dbQueue)).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
-			MaxConcurrentReconciles: opts.DatabaseWorkers,
-			SkipNameValidation:      skipNames,
+			MaxConcurrentReconciles: w.opts.DatabaseWorkers,
+			SkipNameValidation:      w.skipNames,
 			// Every hub API call of a reconcile is bounded.
 			ReconciliationTimeout: hubReconcileTimeout,
 		}).
 		Complete(dbr)
-	if err != nil {
-		return fmt.Errorf("database controller: %w", err)
-	}
+}
 
+// memberSyncController: member object events, registry changes (a member
+// that changed is synced again) and the Database controller's fan-out.
+func (w *wiring) memberSyncController() error {
+	local := w.mgr.GetLocalManager()
 	msr := &memberSyncReconciler{
-		mgr: mgr, hub: local.GetClient(), hubLive: local.GetAPIReader(), provider: provider, state: st, memo: member.NewMemo(),
-		opts: opts, recorder: recorder, databases: dbQueue, tracer: telemetry.Tracer(),
-		limiter: newMemberLimiter(max(2, opts.MemberWorkers/4)), self: memberQueue,
+		mgr: w.mgr, hub: local.GetClient(), hubLive: local.GetAPIReader(), provider: w.provider, state: w.state, memo: w.memo,
+		opts: w.opts, recorder: w.recorder, databases: w.dbQueue, tracer: telemetry.Tracer(),
+		limiter: newMemberLimiter(max(2, w.opts.MemberWorkers/4)), self: w.memberQueue,
 	}
-	b := mcbuilder.ControllerManagedBy(mgr).Named("member-sync")
+	b := mcbuilder.ControllerManagedBy(w.mgr).Named("member-sync")
 	memberOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(false), mcbuilder.WithEngageWithProviderClusters(true)}
 	for _, obj := range memberKinds() {
 		gvk, err := apiutil.GVKForObject(obj, local.GetScheme())
@@ -169,51 +107,46 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 		b = b.Watches(obj, msr.memberObjectEvents(gvk, false), memberOnly...)
 	}
 	b = b.Watches(&corev1.PersistentVolumeClaim{}, msr.memberObjectEvents(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"), true), memberOnly...)
-	err = b.WatchesRawSource(captureQueue(memberQueue)).
+	return b.WatchesRawSource(registrySource[mcreconcile.Request]{provider: w.provider, requests: w.syncsOnMember}).
+		WatchesRawSource(captureQueue(w.memberQueue)).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
-			MaxConcurrentReconciles: opts.MemberWorkers,
-			ReconciliationTimeout:   opts.MemberCallTimeout,
-			SkipNameValidation:      skipNames,
+			MaxConcurrentReconciles: w.opts.MemberWorkers,
+			ReconciliationTimeout:   w.opts.MemberCallTimeout,
+			SkipNameValidation:      w.skipNames,
 		}).
 		Complete(msr)
-	if err != nil {
-		return fmt.Errorf("member sync controller: %w", err)
-	}
-
-	telemetry.FleetGauges.Use(&fleetSource{hub: local.GetClient(), state: st, provider: provider})
-
-	sw := &sweeper{mgr: mgr, hub: local.GetClient(), state: st, provider: provider, timeout: opts.MemberCallTimeout, memo: msr.memo}
-	return local.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		return watchRegistry(ctx, provider, st, dbQueue, memberQueue, sw)
-	}))
 }
 
-// watchRegistry turns registry transitions into work: the Databases on a
-// member that changed are reconciled and synced to it again, and a member
-// that (re)connects is swept for leftovers of Databases that are gone or no
-// longer placed there.
-func watchRegistry(ctx context.Context, provider *clusters.Provider, st *state, dbQueue, memberQueue *queueRef, sw *sweeper) error {
-	wasReady := map[string]bool{}
-	events := provider.Subscribe()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case name, ok := <-events:
-			if !ok {
-				return nil
-			}
-			h := provider.Health(name)
-			if h.Engaged && h.Ready && !wasReady[name] {
-				go sw.sweep(ctx, name)
-			}
-			wasReady[name] = h.Engaged && h.Ready
-			for _, key := range st.databasesOn(name) {
-				dbQueue.add("", key)
-				memberQueue.add(name, key)
-			}
-		}
+// sweepController: a member that turns Ready is swept for leftovers of
+// Databases that are gone or no longer placed there.
+func (w *wiring) sweepController() error {
+	local := w.mgr.GetLocalManager()
+	sw := newSweeper(w.mgr, local.GetClient(), w.state, w.provider, w.memo, w.opts.MemberCallTimeout)
+	return ctrl.NewControllerManagedBy(local).
+		Named("member-sweep").
+		WatchesRawSource(registrySource[reconcile.Request]{provider: w.provider, requests: sw.sweepRequests}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: sweepWorkers, SkipNameValidation: w.skipNames}).
+		Complete(sw)
+}
+
+// databasesOnMember maps a registry change of a member to the Databases
+// planned on it: their status and teardown accounting may change.
+func (w *wiring) databasesOnMember(name string, _ clusters.Health) []mcreconcile.Request {
+	var out []mcreconcile.Request
+	for _, key := range w.state.databasesOn(name) {
+		out = append(out, request("", key))
 	}
+	return out
+}
+
+// syncsOnMember maps a registry change of a member to a sync of every
+// Database planned on it.
+func (w *wiring) syncsOnMember(name string, _ clusters.Health) []mcreconcile.Request {
+	var out []mcreconcile.Request
+	for _, key := range w.state.databasesOn(name) {
+		out = append(out, request(name, key))
+	}
+	return out
 }
 
 // captureQueue is a source that only hands the controller's queue to ref, so
@@ -223,30 +156,4 @@ func captureQueue(ref *queueRef) source.TypedSource[mcreconcile.Request] {
 		ref.set(q)
 		return nil
 	})
-}
-
-// allDatabases maps a registry change to every Database: placement may change.
-func allDatabases(c client.Client) func(context.Context, client.Object) []mcreconcile.Request {
-	return func(ctx context.Context, _ client.Object) []mcreconcile.Request {
-		var list fleetv1alpha1.DatabaseList
-		if err := c.List(ctx, &list); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "listing databases for a registry change")
-			return nil
-		}
-		out := make([]mcreconcile.Request, 0, len(list.Items))
-		for i := range list.Items {
-			out = append(out, request("", client.ObjectKeyFromObject(&list.Items[i])))
-		}
-		return out
-	}
-}
-
-// databaseOfMemberObject maps a member object to its hub Database by label.
-func databaseOfMemberObject(_ context.Context, obj client.Object) []mcreconcile.Request {
-	l := obj.GetLabels()
-	ns, name := l[fleetv1alpha1.LabelDatabaseNamespace], l[fleetv1alpha1.LabelDatabaseName]
-	if l[fleetv1alpha1.LabelManagedBy] != fleetv1alpha1.ManagedByValue || ns == "" || name == "" {
-		return nil
-	}
-	return []mcreconcile.Request{request("", types.NamespacedName{Namespace: ns, Name: name})}
 }

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 
@@ -23,12 +25,17 @@ const (
 	sweepRetry = 5 * time.Second
 	// sweepAttempts bounds those retries.
 	sweepAttempts = 12
+	// sweepWorkers is how many members are swept at once.
+	sweepWorkers = 4
 )
 
 // sweeper collects leftovers in a member that (re)connected: objects of
 // Databases that are gone, or no longer placed there, whose teardown could
 // not run while the member was unreachable (SPEC 4.5). It finds them by
-// label, so it needs no memory of what happened before a hub restart.
+// label, so it needs no memory of what happened before a hub restart. It is
+// the reconciler of the member-sweep controller: a request names a member
+// (reconcile.Request.Name), put in its queue by the registry when the member
+// turns Ready (sweepRequests).
 type sweeper struct {
 	mgr      mcmanager.Manager
 	hub      client.Client
@@ -36,26 +43,73 @@ type sweeper struct {
 	provider *clusters.Provider
 	memo     *member.Memo
 	timeout  time.Duration
+
+	mu sync.Mutex
+	// attempts counts the sweeps of a member since it turned Ready.
+	attempts map[string]int
+	// wasReady is the registry's last news per member; only sweepRequests,
+	// on the source's goroutine, reads and writes it.
+	wasReady map[string]bool
 }
 
-func (s *sweeper) sweep(ctx context.Context, cluster string) {
-	log := ctrl.LoggerFrom(ctx).WithValues("cluster", cluster, "sweep", true)
-	for attempt := 0; attempt < sweepAttempts; attempt++ {
-		unsure, err := s.sweepOnce(ctx, cluster)
-		if err != nil {
-			log.V(1).Info("sweep incomplete, retrying", "error", err.Error())
-		} else if unsure == 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(sweepRetry):
-		}
-		if h := s.provider.Health(cluster); !h.Engaged || !h.Ready {
-			return // it sweeps again when the member is back
-		}
+func newSweeper(mgr mcmanager.Manager, hub client.Client, st *state, provider *clusters.Provider, memo *member.Memo, timeout time.Duration) *sweeper {
+	return &sweeper{
+		mgr: mgr, hub: hub, state: st, provider: provider, memo: memo, timeout: timeout,
+		attempts: map[string]int{}, wasReady: map[string]bool{},
 	}
+}
+
+// sweepRequests maps registry news to a sweep of a member that turned Ready
+// (connected, reconnected or passed its probes again).
+func (s *sweeper) sweepRequests(name string, h clusters.Health) []reconcile.Request {
+	ready := h.Engaged && h.Ready
+	turnedReady := ready && !s.wasReady[name]
+	s.wasReady[name] = ready
+	if !turnedReady {
+		return nil
+	}
+	s.setAttempts(name, 0)
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
+}
+
+// Reconcile sweeps one member. Databases the hub has not planned yet are
+// looked at again after sweepRetry, at most sweepAttempts times; a member
+// that is not Ready is swept again when it is back.
+func (s *sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	cluster := req.Name
+	log := ctrl.LoggerFrom(ctx).WithValues("cluster", cluster, "sweep", true)
+	if h := s.provider.Health(cluster); !h.Engaged || !h.Ready {
+		s.setAttempts(cluster, -1)
+		return reconcile.Result{}, nil
+	}
+	unsure, err := s.sweepOnce(ctx, cluster)
+	if err != nil {
+		log.V(1).Info("sweep incomplete, retrying", "error", err.Error())
+	}
+	if (err == nil && unsure == 0) || s.countAttempt(cluster) >= sweepAttempts {
+		s.setAttempts(cluster, -1)
+		return reconcile.Result{}, nil
+	}
+	return reconcile.Result{RequeueAfter: sweepRetry}, nil
+}
+
+// countAttempt counts a sweep of cluster that has to look again and returns the count.
+func (s *sweeper) countAttempt(cluster string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.attempts[cluster]++
+	return s.attempts[cluster]
+}
+
+// setAttempts sets the count (n < 0: forgets it).
+func (s *sweeper) setAttempts(cluster string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n < 0 {
+		delete(s.attempts, cluster)
+		return
+	}
+	s.attempts[cluster] = n
 }
 
 // sweepOnce removes leftovers; unsure counts Databases it could not decide on yet.
