@@ -28,6 +28,14 @@ lock() {
 	flock 9
 }
 
+# scratch makes a fresh folder next to $1 to build into, named in $tmp (the
+# caller's local), so that a build cut short never leaves a half-made $1.
+scratch() {
+	tmp="$1.tmp.$$"
+	rm -rf "$tmp"
+	mkdir -p "$tmp"
+}
+
 binary() {
 	local key version bin tmp start
 	# The comment lines of go.mod are not part of the key.
@@ -37,9 +45,7 @@ binary() {
 	if [ ! -x "$bin/jaeger" ]; then
 		lock
 		if [ ! -x "$bin/jaeger" ]; then
-			tmp="$bin.tmp.$$"
-			rm -rf "$tmp"
-			mkdir -p "$tmp"
+			scratch "$bin"
 			echo "jaeger: building Jaeger $version into $bin (first run takes a few minutes)" >&2
 			start=$SECONDS
 			(cd "$mod" && go build -trimpath -ldflags "-s -w" -o "$tmp/jaeger" github.com/jaegertracing/jaeger/cmd/jaeger)
@@ -70,9 +76,7 @@ ui() {
 	fi
 	lock
 	if [ ! -f "$dir/index.html" ]; then
-		tmp="$dir.tmp.$$"
-		rm -rf "$tmp"
-		mkdir -p "$tmp"
+		scratch "$dir"
 		echo "jaeger: unpacking Jaeger UI $ui_version ($ui_mod@$ui_modver) into $dir" >&2
 		start=$SECONDS
 		# Outside any module (in $tmp), whatever GOFLAGS or go.work say.

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -50,19 +51,19 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.HubNamespace == "" {
-		o.HubNamespace = DefaultHubNamespace
-	}
-	if o.MemberCallTimeout <= 0 {
-		o.MemberCallTimeout = DefaultMemberCallTimeout
-	}
-	if o.DatabaseWorkers <= 0 {
-		o.DatabaseWorkers = DefaultDatabaseWorkers
-	}
-	if o.MemberWorkers <= 0 {
-		o.MemberWorkers = DefaultMemberWorkers
-	}
+	o.HubNamespace = cmp.Or(o.HubNamespace, DefaultHubNamespace)
+	o.MemberCallTimeout = positiveOr(o.MemberCallTimeout, DefaultMemberCallTimeout)
+	o.DatabaseWorkers = positiveOr(o.DatabaseWorkers, DefaultDatabaseWorkers)
+	o.MemberWorkers = positiveOr(o.MemberWorkers, DefaultMemberWorkers)
 	return o
+}
+
+// positiveOr is v, or def when v is not positive.
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 func (o Options) protected(namespace string) bool {
