@@ -44,13 +44,6 @@ const (
 	priorityStatus = -10
 )
 
-// add enqueues a request for the Database key in the named cluster ("" is the hub).
-func (r *queueRef) add(cluster string, key types.NamespacedName) {
-	if q := r.get(); q != nil {
-		q.Add(request(cluster, key))
-	}
-}
-
 // addWith enqueues with a priority after a delay (0: now).
 func (r *queueRef) addWith(cluster string, key types.NamespacedName, priority int, after time.Duration) {
 	if q := r.get(); q != nil {

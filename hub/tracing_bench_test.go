@@ -11,10 +11,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/fleetdb/fleetdb/internal/telemetry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
 
 // BenchmarkTracingReconcilePath measures what tracing adds to one hub
