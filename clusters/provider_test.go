@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,12 +175,12 @@ func TestProvider(t *testing.T) {
 			h.eventuallyConditions(t, name, cond(fleetv1alpha1.MemberConditionReady, "", want))
 		}
 		before := h.resourceVersions(t)
-		hubWrites, memberWrites := h.hubWrites.Load(), h.memberWrites.Load()
+		hubWrites, memberWrites := h.writes.Total("hub"), h.writes.Total("member")
 		// A quiet interval of many probe intervals and connect retries.
-		g.Consistently(func() int64 {
-			return h.hubWrites.Load() - hubWrites
+		g.Consistently(func() int {
+			return h.writes.Total("hub") - hubWrites
 		}).WithTimeout(6 * time.Second).WithPolling(poll).Should(BeZero())
-		g.Expect(h.memberWrites.Load() - memberWrites).To(BeZero())
+		g.Expect(h.writes.Total("member") - memberWrites).To(BeZero())
 		g.Expect(h.resourceVersions(t)).To(Equal(before))
 		g.Expect(h.provider.Health("m1").LastProbe).To(BeTemporally(">", time.Now().Add(-3*time.Second)), "probes did run meanwhile")
 	})
@@ -208,13 +207,13 @@ func TestProvider(t *testing.T) {
 
 // harness is a running manager with the provider on a fleet's hub.
 type harness struct {
-	ctx          context.Context
-	hub          client.Client
-	provider     *clusters.Provider
-	engaged      *engagements
-	events       *collector
-	hubWrites    atomic.Int64
-	memberWrites atomic.Int64
+	ctx      context.Context
+	hub      client.Client
+	provider *clusters.Provider
+	engaged  *engagements
+	events   *collector
+	// writes counts the registry's writes to the hub ("hub") and the members ("member").
+	writes fleet.WriteCounter
 }
 
 func startHarness(t *testing.T, f *fleet.Fleet) *harness {
@@ -229,11 +228,11 @@ func startHarness(t *testing.T, f *fleet.Fleet) *harness {
 		FailureGracePeriod: 2 * time.Second,
 		ConnectTimeout:     30 * time.Second,
 		WrapTransport: func(_ string, rt http.RoundTripper) http.RoundTripper {
-			return countWrites(rt, &h.memberWrites)
+			return h.writes.Wrap("member", rt)
 		},
 	})
 	hubCfg := rest.CopyConfig(f.Hub.Config)
-	hubCfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countWrites(rt, &h.hubWrites) }
+	hubCfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return h.writes.Wrap("hub", rt) }
 	mgr, err := mcmanager.New(hubCfg, h.provider, manager.Options{
 		Scheme:                 fleet.Scheme,
 		Metrics:                server.Options{BindAddress: "0"},
@@ -338,20 +337,6 @@ func (h *harness) resourceVersions(t *testing.T) map[string]string {
 	}
 	return rvs
 }
-
-// countWrites counts the requests through rt that are not reads.
-func countWrites(rt http.RoundTripper, n *atomic.Int64) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		if req.Method != http.MethodGet && req.Method != http.MethodHead {
-			n.Add(1)
-		}
-		return rt.RoundTrip(req)
-	})
-}
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // engagements is an Aware runnable on the manager that records what it engages.
 type engagements struct {

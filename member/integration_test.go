@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,36 +25,11 @@ import (
 	"github.com/fleetdb/fleetdb/test/fleet"
 )
 
-// writeCounter counts the requests that are not reads (GET covers get, list and watch).
-type writeCounter struct {
-	next http.RoundTripper
-	mu   sync.Mutex
-	reqs []string
-}
-
-func (w *writeCounter) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.mu.Lock()
-		w.reqs = append(w.reqs, r.Method+" "+r.URL.Path)
-		w.mu.Unlock()
-	}
-	return w.next.RoundTrip(r)
-}
-
-// take returns the writes seen since the last call.
-func (w *writeCounter) take() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := w.reqs
-	w.reqs = nil
-	return out
-}
-
 // env is one member control plane shared by the integration tests.
 type env struct {
 	admin   client.Client // plain client for arranging and checking
 	counted client.Client // the client under test; its writes are counted
-	writes  *writeCounter
+	writes  *fleet.WriteCounter
 }
 
 func startMember(t *testing.T) *env {
@@ -65,12 +39,9 @@ func startMember(t *testing.T) *env {
 	}
 	f := fleet.Start(t, fleet.Options{Members: []string{"m1"}})
 	m := f.Member("m1")
-	wc := &writeCounter{}
+	wc := &fleet.WriteCounter{}
 	cfg := rest.CopyConfig(m.Config)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		wc.next = rt
-		return wc
-	}
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return wc.Wrap("", rt) }
 	counted, err := client.New(cfg, client.Options{Scheme: fleet.Scheme})
 	if err != nil {
 		t.Fatalf("client: %v", err)
@@ -234,14 +205,14 @@ func testZeroWrites(t *testing.T, ctx context.Context, e *env) {
 	rvs := resourceVersions(t, ctx, e.admin, "it-steady")
 	g.Expect(rvs).To(HaveLen(6))
 
-	e.writes.take()
+	e.writes.Take()
 	res := e.apply(t, ctx, renderFor(t, db, testTraceparent), memo)
-	g.Expect(e.writes.take()).To(BeEmpty(), "a second Apply with the same memo sends nothing")
+	g.Expect(e.writes.Take()).To(BeEmpty(), "a second Apply with the same memo sends nothing")
 	g.Expect(res.Applied).To(BeEmpty())
 
 	// A new trace alone is no reason to write.
 	e.apply(t, ctx, renderFor(t, db, "00-11111111111111111111111111111111-2222222222222222-01"), memo)
-	g.Expect(e.writes.take()).To(BeEmpty(), "a new traceparent alone sends nothing")
+	g.Expect(e.writes.Take()).To(BeEmpty(), "a new traceparent alone sends nothing")
 
 	// Status-only changes (the StatefulSet controller at work) cause no writes either.
 	sts := &appsv1.StatefulSet{}
@@ -249,33 +220,33 @@ func testZeroWrites(t *testing.T, ctx context.Context, e *env) {
 	sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: 3, ReadyReplicas: 1, CurrentReplicas: 3, UpdatedReplicas: 3}
 	g.Expect(e.admin.Status().Update(ctx, sts)).To(Succeed())
 	e.apply(t, ctx, renderFor(t, db, testTraceparent), memo)
-	g.Expect(e.writes.take()).To(BeEmpty(), "status updates do not make fleetdb write")
+	g.Expect(e.writes.Take()).To(BeEmpty(), "status updates do not make fleetdb write")
 
 	// A restarted hub (empty memo) sends one apply per object; none of them changes anything.
 	rvs = resourceVersions(t, ctx, e.admin, "it-steady")
 	fresh := member.NewMemo()
 	res = e.apply(t, ctx, renderFor(t, db, testTraceparent), fresh)
-	g.Expect(e.writes.take()).To(HaveLen(6))
+	g.Expect(e.writes.Take()).To(HaveLen(6))
 	g.Expect(res.Restored).To(BeEmpty())
 	g.Expect(resourceVersions(t, ctx, e.admin, "it-steady")).To(Equal(rvs), "a re-apply of the same objects is a no-op on the server")
 	e.apply(t, ctx, renderFor(t, db, testTraceparent), fresh)
-	g.Expect(e.writes.take()).To(BeEmpty(), "and after it the fleet is quiet again")
+	g.Expect(e.writes.Take()).To(BeEmpty(), "and after it the fleet is quiet again")
 
 	// Forgetting the cluster (a reconnect) costs one apply per object again.
 	fresh.Forget("m1")
 	e.apply(t, ctx, renderFor(t, db, testTraceparent), fresh)
-	g.Expect(e.writes.take()).To(HaveLen(6))
+	g.Expect(e.writes.Take()).To(HaveLen(6))
 
 	// A new hub generation that changes nothing else rewrites the StatefulSet
 	// alone, which records it (Observe reports it from there).
 	db.Generation = 2
 	res = e.apply(t, ctx, renderFor(t, db, testTraceparent), fresh)
-	g.Expect(e.writes.take()).To(ConsistOf("PATCH /apis/apps/v1/namespaces/it-steady/statefulsets/orders"))
+	g.Expect(e.writes.Take()).To(ConsistOf("PATCH /apis/apps/v1/namespaces/it-steady/statefulsets/orders"))
 	g.Expect(res.Restored).To(BeEmpty())
 	g.Expect(e.admin.Get(ctx, key("it-steady", "orders"), sts)).To(Succeed())
 	g.Expect(sts.Annotations).To(HaveKeyWithValue(fleetv1alpha1.AnnotationGeneration, "2"))
 	e.apply(t, ctx, renderFor(t, db, testTraceparent), fresh)
-	g.Expect(e.writes.take()).To(BeEmpty())
+	g.Expect(e.writes.Take()).To(BeEmpty())
 }
 
 func testDrift(t *testing.T, ctx context.Context, e *env) {
@@ -297,7 +268,7 @@ func testDrift(t *testing.T, ctx context.Context, e *env) {
 	delete(svc.Labels, fleetv1alpha1.LabelDatabaseUID)
 	g.Expect(e.admin.Update(ctx, svc)).To(Succeed())
 
-	e.writes.take()
+	e.writes.Take()
 	res := e.apply(t, ctx, renderFor(t, db, ""), memo)
 	g.Expect(res.Restored).To(ConsistOf(
 		"StatefulSet/it-drift/orders",
@@ -305,7 +276,7 @@ func testDrift(t *testing.T, ctx context.Context, e *env) {
 		"Service/it-drift/orders",
 	))
 	g.Expect(res.Applied).To(ConsistOf(res.Restored))
-	g.Expect(e.writes.take()).To(HaveLen(3), "only the drifted objects are written")
+	g.Expect(e.writes.Take()).To(HaveLen(3), "only the drifted objects are written")
 
 	g.Expect(e.admin.Get(ctx, key("it-drift", "orders"), sts)).To(Succeed())
 	g.Expect(*sts.Spec.Replicas).To(Equal(int32(3)))
@@ -315,7 +286,7 @@ func testDrift(t *testing.T, ctx context.Context, e *env) {
 
 	// Put back, the member is quiet again.
 	res = e.apply(t, ctx, renderFor(t, db, ""), memo)
-	g.Expect(e.writes.take()).To(BeEmpty())
+	g.Expect(e.writes.Take()).To(BeEmpty())
 	g.Expect(res.Restored).To(BeEmpty())
 
 	// A foreign label added by someone else is left alone and is no drift.
@@ -348,13 +319,13 @@ func testConflict(t *testing.T, ctx context.Context, e *env) {
 	before := theirs.DeepCopy()
 
 	db := newDatabase("it-conflict", "orders", 3)
-	e.writes.take()
+	e.writes.Take()
 	_, err := member.Apply(ctx, "m1", e.counted, e.counted, renderFor(t, db, ""), member.NewMemo())
 	var conflict *member.ConflictError
 	g.Expect(errors.As(err, &conflict)).To(BeTrue(), "got %v", err)
 	g.Expect(*conflict).To(Equal(member.ConflictError{Kind: "StatefulSet", Namespace: "it-conflict", Name: "orders"}))
 	g.Expect(err.Error()).To(ContainSubstring("StatefulSet it-conflict/orders"))
-	g.Expect(e.writes.take()).To(BeEmpty(), "nothing at all is written on a conflict")
+	g.Expect(e.writes.Take()).To(BeEmpty(), "nothing at all is written on a conflict")
 
 	after := &appsv1.StatefulSet{}
 	g.Expect(e.admin.Get(ctx, key("it-conflict", "orders"), after)).To(Succeed())
@@ -370,7 +341,7 @@ func testConflict(t *testing.T, ctx context.Context, e *env) {
 	_, err = member.Apply(ctx, "m1", e.counted, e.counted, renderFor(t, db2, ""), member.NewMemo())
 	g.Expect(errors.As(err, &conflict)).To(BeTrue(), "got %v", err)
 	g.Expect(conflict.Kind).To(Equal("ConfigMap"))
-	g.Expect(e.writes.take()).To(BeEmpty())
+	g.Expect(e.writes.Take()).To(BeEmpty())
 
 	// Observe does not report someone else's StatefulSet as the Database's.
 	st, err := member.Observe(ctx, e.counted, db, "m1")
@@ -628,11 +599,11 @@ func testTeardownDelete(t *testing.T, ctx context.Context, e *env) {
 	g.Expect(e.admin.Get(ctx, key("", "it-delete"), &corev1.Namespace{})).To(Succeed(), "the namespace is never deleted")
 
 	// Done stays done, without a write.
-	e.writes.take()
+	e.writes.Take()
 	done, err := member.Teardown(ctx, e.counted, db.Namespace, db.Name, fleetv1alpha1.DeletionPolicyDelete, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(done).To(BeTrue())
-	g.Expect(e.writes.take()).To(BeEmpty())
+	g.Expect(e.writes.Take()).To(BeEmpty())
 }
 
 func testTeardownRetain(t *testing.T, ctx context.Context, e *env) {

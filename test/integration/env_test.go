@@ -40,62 +40,13 @@ const (
 	hubNS      = "fleetdb-system"
 )
 
-// writeCounter counts write requests (anything but GET, LIST, WATCH) per target.
-type writeCounter struct {
-	mu     sync.Mutex
-	counts map[string]int
-	log    map[string][]string
-}
-
-func newWriteCounter() *writeCounter {
-	return &writeCounter{counts: map[string]int{}, log: map[string][]string{}}
-}
-
-func (w *writeCounter) wrap(target string, rt http.RoundTripper) http.RoundTripper {
-	return roundTripper(func(req *http.Request) (*http.Response, error) {
-		if req.Method != http.MethodGet && req.Method != http.MethodHead && req.Method != http.MethodOptions {
-			w.mu.Lock()
-			w.counts[target]++
-			w.log[target] = append(w.log[target], req.Method+" "+req.URL.Path)
-			w.mu.Unlock()
-		}
-		return rt.RoundTrip(req)
-	})
-}
-
-// snapshot returns the total and the requests made since the last reset.
-func (w *writeCounter) reset() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.counts = map[string]int{}
-	w.log = map[string][]string{}
-}
-
-func (w *writeCounter) writes() (int, []string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	total := 0
-	var all []string
-	for target, n := range w.counts {
-		total += n
-		for _, l := range w.log[target] {
-			all = append(all, target+": "+l)
-		}
-	}
-	return total, all
-}
-
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
 // env is a running fleet with the hub's controllers.
 type env struct {
 	t       *testing.T
 	fleet   *fleet.Fleet
 	hub     client.Client
 	proxies map[string]*fleet.Proxy
-	writes  *writeCounter
+	writes  *fleet.WriteCounter
 	sim     *simulator
 	ctx     context.Context
 }
@@ -116,7 +67,7 @@ func startEnv(t *testing.T, members ...string) *env {
 func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(logWriter{})))
 	f := fleet.Start(t, fleet.Options{Members: members})
-	e := &env{t: t, fleet: f, hub: f.Hub.Client, proxies: map[string]*fleet.Proxy{}, writes: newWriteCounter(), ctx: fleet.Context(t)}
+	e := &env{t: t, fleet: f, hub: f.Hub.Client, proxies: map[string]*fleet.Proxy{}, writes: &fleet.WriteCounter{}, ctx: fleet.Context(t)}
 	g := NewWithT(t)
 	g.Expect(e.hub.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hubNS}})).To(Succeed())
 	for _, m := range f.Members {
@@ -130,7 +81,7 @@ func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 	}
 
 	hubCfg := rest.CopyConfig(f.Hub.Config)
-	hubCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return e.writes.wrap("hub", rt) })
+	hubCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return e.writes.Wrap("hub", rt) })
 	mgr, _, err := hub.NewManager(e.ctx, hub.Config{
 		Hub: hubCfg,
 		Options: hub.Options{
@@ -142,7 +93,7 @@ func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 			ProbeTimeout:       time.Second,
 			FailureGracePeriod: 1500 * time.Millisecond,
 			ConnectTimeout:     10 * time.Second,
-			WrapTransport:      e.writes.wrap,
+			WrapTransport:      e.writes.Wrap,
 		},
 		MetricsAddr: opts.metricsAddr,
 		Logger:      hubLogger(opts.logs),

@@ -438,7 +438,7 @@ func testProtected(t *testing.T, e *env) {
 func (e *env) settle(g Gomega) {
 	var last int
 	g.Eventually(func() int {
-		n, _ := e.writes.writes()
+		n, _ := e.writes.Writes()
 		d := n - last
 		last = n
 		return d
@@ -448,7 +448,7 @@ func (e *env) settle(g Gomega) {
 // hubWritesIn are the hub's write requests (to hub and members) in namespace
 // ns since the last reset, as "target: METHOD path".
 func (e *env) hubWritesIn(ns string) []string {
-	_, log := e.writes.writes()
+	_, log := e.writes.Writes()
 	var out []string
 	for _, l := range log {
 		if strings.Contains(l, "/namespaces/"+ns+"/") {
@@ -474,7 +474,7 @@ func testChangeCost(t *testing.T, e *env) {
 	e.settle(g)
 
 	// Replicas 2 -> 3 changes the StatefulSet alone.
-	e.writes.reset()
+	e.writes.Reset()
 	db := e.getDB(ns, "ledger")
 	db.Spec.Replicas = 3
 	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
@@ -496,7 +496,7 @@ func testChangeCost(t *testing.T, e *env) {
 	), "member writes of a replicas change")
 
 	// Delete: every object is deleted once, the finalizer goes in one request.
-	e.writes.reset()
+	e.writes.Reset()
 	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "ledger"))).To(Succeed())
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "ledger"}, &fleetv1alpha1.Database{}))
@@ -535,9 +535,9 @@ func testAtRest(t *testing.T, e *env) {
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	// Let in-flight work and the simulator settle, then count.
 	e.settle(g)
-	e.writes.reset()
+	e.writes.Reset()
 	time.Sleep(5 * time.Second)
-	n, log := e.writes.writes()
+	n, log := e.writes.Writes()
 	g.Expect(n).To(BeZero(), "writes at rest: %v", log)
 }
 
