@@ -272,12 +272,11 @@ func (it *item) upToDate(memo *Memo) bool {
 // apply sends the object and remembers the answer. It reports whether the
 // write put back something that had been deleted or changed by someone else.
 func (it *item) apply(ctx context.Context, c client.Client, memo *Memo) (restored bool, err error) {
-	u, err := applyObject(it.desired, it.live)
+	u, err := ApplyBody(it.desired, it.live)
 	if err != nil {
 		return false, fmt.Errorf("applying %s: %w", ref(it.desired), err)
 	}
-	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
-		client.FieldOwner(fleetv1alpha1.FieldManager), client.ForceOwnership); err != nil {
+	if err := ServerSideApply(ctx, c, u, fleetv1alpha1.FieldManager); err != nil {
 		return false, fmt.Errorf("applying %s: %w", ref(it.desired), err)
 	}
 	it.applied = true

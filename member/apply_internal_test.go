@@ -57,7 +57,7 @@ func TestApplyObject(t *testing.T) {
 	sts := internalObjects(t, "")[0]
 	sts.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "x"}}
 
-	u, err := applyObject(sts, nil)
+	u, err := ApplyBody(sts, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(u.GetAPIVersion()).To(Equal("apps/v1"))
 	g.Expect(u.GetKind()).To(Equal("StatefulSet"))
@@ -72,14 +72,14 @@ func TestApplyObject(t *testing.T) {
 	// The live StatefulSet's volumeClaimTemplates are immutable and kept when they differ.
 	live := sts.DeepCopy()
 	live.Spec.VolumeClaimTemplates[0].Labels[fleetv1alpha1.LabelDatabaseUID] = "uid-of-a-deleted-database"
-	u, err = applyObject(sts, live)
+	u, err = ApplyBody(sts, live)
 	g.Expect(err).NotTo(HaveOccurred())
 	uid, _, _ := unstructured.NestedString(u.Object["spec"].(map[string]any)["volumeClaimTemplates"].([]any)[0].(map[string]any),
 		"metadata", "labels", fleetv1alpha1.LabelDatabaseUID)
 	g.Expect(uid).To(Equal("uid-of-a-deleted-database"))
 
 	// Equal templates are sent as rendered.
-	u, err = applyObject(sts, sts.DeepCopy())
+	u, err = ApplyBody(sts, sts.DeepCopy())
 	g.Expect(err).NotTo(HaveOccurred())
 	uid, _, _ = unstructured.NestedString(u.Object["spec"].(map[string]any)["volumeClaimTemplates"].([]any)[0].(map[string]any),
 		"metadata", "labels", fleetv1alpha1.LabelDatabaseUID)

@@ -1,6 +1,7 @@
 package member
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,10 +13,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// applyObject turns a rendered typed object into the body of a server-side
-// apply request. A typed object serialises fields it never set (status, null
-// timestamps); those are dropped so that fleetdb owns only what it renders.
-func applyObject(desired, live client.Object) (*unstructured.Unstructured, error) {
+// ApplyBody turns a rendered typed object into the body of the server-side
+// apply request Apply sends for it; live is the object in the member (nil
+// when there is none). A typed object serialises fields it never set
+// (status, null timestamps); those are dropped so that fleetdb owns only what
+// it renders.
+func ApplyBody(desired, live client.Object) (*unstructured.Unstructured, error) {
 	obj, ok := desired.DeepCopyObject().(client.Object)
 	if !ok {
 		return nil, fmt.Errorf("%T is not a client.Object", desired)
@@ -45,6 +48,13 @@ func applyObject(desired, live client.Object) (*unstructured.Unstructured, error
 	}
 	dropNulls(content)
 	return &unstructured.Unstructured{Object: content}, nil
+}
+
+// ServerSideApply sends body as Apply does: a server-side apply under
+// fieldManager that forces ownership. On success body holds the object the
+// member returned.
+func ServerSideApply(ctx context.Context, c client.Client, body *unstructured.Unstructured, fieldManager string) error {
+	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(body), client.FieldOwner(fieldManager), client.ForceOwnership)
 }
 
 // dropNulls removes null values (e.g. creationTimestamp) from nested maps.

@@ -32,6 +32,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/member"
+	"github.com/fleetdb/fleetdb/test/localfleet"
 )
 
 const (
@@ -51,10 +52,10 @@ type bench struct {
 	cfg config
 	rep *Report
 
-	fleet  *fleet
+	fleet  *localfleet.Fleet
 	scheme *runtime.Scheme
 	hubBin string
-	hub    *hubProcess
+	hub    *localfleet.HubProcess
 
 	hubCfg  *rest.Config
 	driver  client.Client            // the bench on the hub (user agent fleetdb-bench-driver)
@@ -78,14 +79,14 @@ func (b *bench) teardown() {
 		b.watchCancel()
 	}
 	if b.hub != nil {
-		b.hub.stop()
+		b.hub.Stop()
 		logf("hub stopped")
 	}
 	if b.proxy != nil {
 		b.proxy.close()
 	}
 	if b.fleet != nil {
-		if err := b.fleet.down(); err != nil {
+		if err := b.fleet.Down(); err != nil {
 			logf("hack/fleet.sh down: %v", err)
 		}
 	}
@@ -121,25 +122,24 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	b.hubBin = filepath.Join(binDir, "fleetdb-hub")
 	logf("building the hub")
-	if err := buildHub(ctx, cfg.root, b.hubBin, os.Stderr); err != nil {
+	if err := localfleet.BuildHub(ctx, cfg.root, b.hubBin, os.Stderr); err != nil {
 		return err
 	}
 
-	b.fleet = &fleet{root: cfg.root, dir: cfg.fleetDir, prefix: cfg.prefix, members: cfg.members, log: fleetLog}
 	logf("starting a fleet of a hub and %d members under %s (log %s)", cfg.members, cfg.fleetDir, fleetLog.Name())
 	start := time.Now()
-	if err := b.fleet.up(ctx); err != nil {
+	if b.fleet, err = startFleet(ctx, cfg, fleetLog); err != nil {
 		return err
 	}
 	logf("fleet up in %s", time.Since(start).Round(time.Second))
-	b.members = b.fleet.memberNames
+	b.members = b.fleet.MemberNames()
 	if err := b.clients(); err != nil {
 		return err
 	}
 
-	files := map[string]string{"hub": b.fleet.auditLog("hub")}
+	files := map[string]string{"hub": b.fleet.AuditLog("hub")}
 	for _, m := range b.members {
-		files[m] = b.fleet.auditLog(m)
+		files[m] = b.fleet.AuditLog(m)
 	}
 	b.audit = newAuditCounter(files)
 	if _, err := b.audit.snapshot(); err != nil {
@@ -205,7 +205,7 @@ func (b *bench) clients() error {
 		return c, nil
 	}
 	var err error
-	b.hubCfg, err = load(b.fleet.hubKubeconfig, uaDriver, "hub")
+	b.hubCfg, err = load(b.fleet.HubKubeconfig, uaDriver, "hub")
 	if err != nil {
 		return err
 	}
@@ -215,7 +215,7 @@ func (b *bench) clients() error {
 	}
 	b.direct = map[string]client.Client{}
 	for _, m := range b.members {
-		c, err := load(b.fleet.memberKubeconfigs[m], uaDirect, m)
+		c, err := load(memberKubeconfig(b.fleet, m), uaDirect, m)
 		if err != nil {
 			return err
 		}
@@ -238,7 +238,7 @@ func (b *bench) startWatches(ctx context.Context) error {
 	for _, m := range b.members {
 		w := &memberWatch{name: m, sts: map[string]*stsTrack{}}
 		b.mw[m] = w
-		c, err := clientcmd.BuildConfigFromFlags("", b.fleet.memberKubeconfigs[m])
+		c, err := clientcmd.BuildConfigFromFlags("", memberKubeconfig(b.fleet, m))
 		if err != nil {
 			return err
 		}
@@ -281,7 +281,7 @@ func (b *bench) startHubAndMembers(ctx context.Context) error {
 	}
 	logPath := filepath.Join(filepath.Dir(b.cfg.fleetDir), filepath.Base(b.cfg.fleetDir)+"-hub.log")
 	logf("starting the hub (log %s)", logPath)
-	hub, err := startHub(ctx, b.hubBin, b.fleet.hubKubeconfig, b.cfg.probeInterval, extra, logPath)
+	hub, err := startHub(ctx, b.hubBin, b.fleet.HubKubeconfig, b.cfg.probeInterval, extra, logPath)
 	if err != nil {
 		return err
 	}
@@ -289,8 +289,8 @@ func (b *bench) startHubAndMembers(ctx context.Context) error {
 	if err := sleep(ctx, 5*time.Second); err != nil {
 		return err
 	}
-	heap0 := hub.heapMin(ctx, 10, 3*time.Second)
-	p0, _ := readProc(hub.pid)
+	heap0 := heapMin(ctx, hub, 10, 3*time.Second)
+	p0, _ := readProc(hub.Pid())
 
 	start := time.Now()
 	for _, mc := range saved {
@@ -307,8 +307,8 @@ func (b *bench) startHubAndMembers(ctx context.Context) error {
 	if err := sleep(ctx, 5*time.Second); err != nil {
 		return err
 	}
-	heapN := hub.heapMin(ctx, 10, 3*time.Second)
-	pN, _ := readProc(hub.pid)
+	heapN := heapMin(ctx, hub, 10, 3*time.Second)
+	pN, _ := readProc(hub.Pid())
 	n := float64(len(b.members))
 	b.rep.scalar("members registered → all MemberClusters Ready", "ms", float64(joined.Milliseconds()), nil, "")
 	b.rep.scalar("hub heap, no member", "MiB", heap0/(1<<20), nil, "go_memstats_heap_alloc_bytes, least of 10 samples")
@@ -358,8 +358,9 @@ func (b *bench) newDatabase(name string, placement []string, maxUnavailable int3
 	}
 }
 
-// directObjects renders what the hub would apply for a Database like
-// newDatabase's, in the baseline's namespace, as server-side apply bodies.
+// directObjects are the bodies the hub would send for a Database like
+// newDatabase's, in the baseline's namespace: member.Render, then
+// member.ApplyBody, as member.Apply does; only managed-by is relabelled.
 func (b *bench) directObjects(name, cluster string, reps int32, generation int64) ([]*unstructured.Unstructured, error) {
 	db := b.newDatabase(name, b.members, 1)
 	db.Namespace = nsDirect
@@ -373,41 +374,32 @@ func (b *bench) directObjects(name, cluster string, reps int32, generation int64
 	}
 	out := make([]*unstructured.Unstructured, 0, len(objs))
 	for _, o := range objs {
-		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+		body, err := member.ApplyBody(o, nil)
 		if err != nil {
 			return nil, err
 		}
-		delete(content, "status")
-		if tpls, ok, _ := unstructured.NestedSlice(content, "spec", "volumeClaimTemplates"); ok {
-			for _, t := range tpls {
-				if m, ok := t.(map[string]any); ok {
-					delete(m, "status")
-				}
-			}
-			_ = unstructured.SetNestedSlice(content, tpls, "spec", "volumeClaimTemplates")
-		}
-		scrub(content)
-		out = append(out, &unstructured.Unstructured{Object: content})
+		relabel(body.Object)
+		out = append(out, body)
 	}
 	return out, nil
 }
 
-// scrub drops nulls (creationTimestamp) and relabels managed-by.
-func scrub(m map[string]any) {
+// relabel sets managed-by to directManagedBy wherever it says fleetdb
+// (labels, selectors, templates), so that the hub never takes the
+// baseline's objects for its own.
+func relabel(m map[string]any) {
 	for k, v := range m {
 		switch v := v.(type) {
-		case nil:
-			delete(m, k)
 		case string:
 			if k == fleetv1alpha1.LabelManagedBy && v == fleetv1alpha1.ManagedByValue {
 				m[k] = directManagedBy
 			}
 		case map[string]any:
-			scrub(v)
+			relabel(v)
 		case []any:
 			for _, e := range v {
 				if em, ok := e.(map[string]any); ok {
-					scrub(em)
+					relabel(em)
 				}
 			}
 		}
@@ -415,8 +407,9 @@ func scrub(m map[string]any) {
 }
 
 // directApply is the baseline: the rendered objects applied with server-side
-// apply to every member of placement in parallel, each member's objects in
-// render order, by a plain client.
+// apply (member.ServerSideApply, the hub's own request) to every member of
+// placement in parallel, each member's objects in render order, by a plain
+// client.
 func (b *bench) directApply(ctx context.Context, name string, placement []string, reps int32, gen int64) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(placement))
@@ -428,8 +421,7 @@ func (b *bench) directApply(ctx context.Context, name string, placement []string
 				return
 			}
 			for _, u := range objs {
-				if err := b.direct[m].Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
-					client.FieldOwner(directManagedBy), client.ForceOwnership); err != nil {
+				if err := member.ServerSideApply(ctx, b.direct[m], u, directManagedBy); err != nil {
 					errs[i] = fmt.Errorf("%s: applying %s %s: %w", m, u.GetKind(), u.GetName(), err)
 					return
 				}
@@ -610,7 +602,7 @@ type phaseMark struct {
 // sync durations.
 func (b *bench) hubMetrics(ctx context.Context) map[string]float64 {
 	out := map[string]float64{}
-	s, err := b.hub.metrics(ctx)
+	s, err := hubMetrics(ctx, b.hub)
 	if err != nil {
 		return out
 	}
@@ -652,7 +644,7 @@ func (b *bench) mark(ctx context.Context, name string) (*phaseMark, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, _ := readProc(b.hub.pid)
+	p, _ := readProc(b.hub.Pid())
 	return &phaseMark{name: name, at: time.Now(), counts: c, hub: b.hubMetrics(ctx), cpu: p.CPUSeconds}, nil
 }
 
@@ -754,7 +746,7 @@ func (b *bench) serverWrites(ctx context.Context) (int, error) {
 	total := 0.0
 	cfgs := map[string]*rest.Config{"hub": b.hubCfg}
 	for _, m := range b.members {
-		c, err := clientcmd.BuildConfigFromFlags("", b.fleet.memberKubeconfigs[m])
+		c, err := clientcmd.BuildConfigFromFlags("", memberKubeconfig(b.fleet, m))
 		if err != nil {
 			return 0, err
 		}

@@ -397,8 +397,8 @@ func (b *bench) burstPhase(ctx context.Context) error {
 	if err := b.settle(ctx, 3*time.Second, time.Minute); err != nil {
 		return err
 	}
-	heapBefore := b.hub.heapMin(ctx, 10, 3*time.Second)
-	procBefore, _ := readProc(b.hub.pid)
+	heapBefore := heapMin(ctx, b.hub, 10, 3*time.Second)
+	procBefore, _ := readProc(b.hub.Pid())
 	mk, err := b.mark(ctx, "burst create")
 	if err != nil {
 		return err
@@ -439,8 +439,8 @@ func (b *bench) burstPhase(ctx context.Context) error {
 	if _, err := b.endPhase(ctx, mk, m, 2*time.Minute); err != nil {
 		return err
 	}
-	heapAfter := b.hub.heapMin(ctx, 10, 3*time.Second)
-	procAfter, _ := readProc(b.hub.pid)
+	heapAfter := heapMin(ctx, b.hub, 10, 3*time.Second)
+	procAfter, _ := readProc(b.hub.Pid())
 
 	label := fmt.Sprintf("burst of %d (%d StatefulSets, %s)", m, pairs, b.cfg.burstPlacement)
 	kf.burstProp = b.rep.latency(label+": create → StatefulSet in member", fProp, dProp, "each from its own create return / apply start")
@@ -640,7 +640,7 @@ func (b *bench) createAndWait(ctx context.Context, name string, all, others []st
 
 // finalFigures adds the hub totals and judges the targets.
 func (b *bench) finalFigures() {
-	p, err := readProc(b.hub.pid)
+	p, err := readProc(b.hub.Pid())
 	if err == nil {
 		b.rep.scalar("hub peak RSS (VmHWM)", "MiB", float64(p.HWMBytes)/(1<<20), nil, "whole run")
 		b.rep.scalar("hub CPU (utime+stime)", "s", p.CPUSeconds, nil, "whole run")

@@ -22,6 +22,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/test/fleet"
+	"github.com/fleetdb/fleetdb/test/localfleet"
 )
 
 // Flags; each defaults to its FLEETDB_E2E_* environment variable.
@@ -57,7 +58,7 @@ var suite struct {
 	// skip, when set, is why every test skips.
 	skip  string
 	fleet *Fleet
-	hub   *HubProcess
+	hub   *localfleet.HubProcess
 }
 
 func TestMain(m *testing.M) {
@@ -119,7 +120,7 @@ func runSuite(m *testing.M) int {
 type suiteConfig struct {
 	fleet, hub     string
 	hubKubeconfig  string
-	members        []NamedPath
+	members        []localfleet.NamedPath
 	kubectl        string
 	hubNamespace   string
 	kindClusterPfx string
@@ -137,7 +138,7 @@ func resolveConfig() (suiteConfig, error) {
 		}
 	}
 	var err error
-	if c.members, err = ParseMemberKubeconfigs(*flagMemberKubeconfigs); err != nil {
+	if c.members, err = localfleet.ParseMemberKubeconfigs(*flagMemberKubeconfigs); err != nil {
 		return c, err
 	}
 	switch c.fleet {
@@ -164,8 +165,8 @@ func resolveConfig() (suiteConfig, error) {
 type suiteEnv struct {
 	cfg      suiteConfig
 	workDir  string
-	local    *LocalFleet
-	hub      *HubProcess
+	local    *localfleet.Fleet
+	hub      *localfleet.HubProcess
 	watchdog *Watchdog
 	fleetLog *os.File
 	failed   atomic.Bool
@@ -190,7 +191,7 @@ func (e *suiteEnv) setUp() error {
 	built := make(chan error, 1)
 	if e.cfg.hub == "process" {
 		// Build while the fleet comes up.
-		go func() { built <- BuildHub(ctx, root, hubBinary) }()
+		go func() { built <- localfleet.BuildHub(ctx, root, hubBinary, nil) }()
 	} else {
 		built <- nil
 	}
@@ -198,7 +199,17 @@ func (e *suiteEnv) setUp() error {
 	var control MemberControl
 	switch e.cfg.fleet {
 	case "local":
-		opts := LocalFleetOptions{RepoRoot: root, Dir: filepath.Join(e.workDir, "fleet"), Prefix: localPrefix, Members: localMembers}
+		opts := localfleet.Options{
+			RepoRoot: root, Dir: filepath.Join(e.workDir, "fleet"), Prefix: localPrefix, Members: localMembers,
+			// No node leases: a kwok controller restarted by StartMember gets a
+			// new identity and, with leases, manages no node until the old
+			// leases expire (200s with kwokctl's defaults), so pods on a
+			// restarted member would stay Pending for minutes — an artefact of
+			// simulated nodes (real kubelets keep running while their control
+			// plane is down). Without leases kwok manages its nodes from the
+			// start and keeps them Ready with status heartbeats.
+			ExtraEnv: []string{"FLEET_KWOKCTL_ARGS=--node-lease-duration-seconds=0"},
+		}
 		if e.watchdog, err = StartWatchdog(filepath.Join(root, "hack", "fleet.sh")+" down", e.workDir,
 			filepath.Join(e.workDir, "watchdog.log"), opts.Env()); err != nil {
 			return err
@@ -209,7 +220,7 @@ func (e *suiteEnv) setUp() error {
 		}
 		opts.Log = e.fleetLog
 		logf("e2e: hack/fleet.sh up (FLEET_DIR=%s FLEET_PREFIX=%s FLEET_MEMBERS=%d)", opts.Dir, opts.Prefix, opts.Members)
-		e.local, err = StartLocalFleet(ctx, opts)
+		e.local, err = localfleet.Start(ctx, opts)
 		if err != nil {
 			return err
 		}
@@ -259,7 +270,11 @@ func (e *suiteEnv) setUp() error {
 		return err
 	}
 	if e.cfg.hub == "process" {
-		if e.hub, err = StartHub(hubBinary, hubKubeconfig, filepath.Join(e.workDir, "hub.log")); err != nil {
+		e.hub, err = localfleet.StartHub(localfleet.HubOptions{
+			Binary: hubBinary, Kubeconfig: hubKubeconfig, LogPath: filepath.Join(e.workDir, "hub.log"),
+			Args: []string{"--probe-interval", "1s", "--probe-grace-period", "3s"},
+		})
+		if err != nil {
 			return err
 		}
 		e.watchdog.Track(e.hub.Pid())
@@ -274,7 +289,7 @@ func (e *suiteEnv) setUp() error {
 	return nil
 }
 
-func waitForMembersReady(ctx context.Context, f *Fleet, hub *HubProcess, timeout time.Duration) error {
+func waitForMembersReady(ctx context.Context, f *Fleet, hub *localfleet.HubProcess, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		var notReady []string
@@ -296,7 +311,7 @@ func waitForMembersReady(ctx context.Context, f *Fleet, hub *HubProcess, timeout
 				if err == nil {
 					err = errors.New("exit status 0")
 				}
-				return fmt.Errorf("the hub exited (%w):\n%s", err, TailFile(hub.LogPath, 8<<10))
+				return fmt.Errorf("the hub exited (%w):\n%s", err, localfleet.TailFile(hub.LogPath, 8<<10))
 			}
 		}
 		if time.Now().After(deadline) {
@@ -316,7 +331,7 @@ func (e *suiteEnv) teardown() {
 		if e.hub != nil {
 			e.hub.Stop()
 			if e.failed.Load() {
-				logf("e2e: ---- hub log (%s) ----\n%s\ne2e: ---- end of hub log ----", e.hub.LogPath, TailFile(e.hub.LogPath, 512<<10))
+				logf("e2e: ---- hub log (%s) ----\n%s\ne2e: ---- end of hub log ----", e.hub.LogPath, localfleet.TailFile(e.hub.LogPath, 512<<10))
 			}
 		} else if e.failed.Load() && e.cfg.hub == "in-cluster" && e.cfg.kubectl != "" && e.cfg.hubKubeconfig != "" {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
