@@ -77,81 +77,94 @@ func Apply(ctx context.Context, cluster string, c client.Client, live client.Rea
 	if err != nil {
 		return res, err
 	}
+	// Read everything before writing anything: a conflict leaves the member untouched.
+	createdNS, err := plan.read(ctx, c, live)
+	if err != nil {
+		return res, err
+	}
+	if createdNS {
+		res.Applied = append(res.Applied, ref(plan.namespace))
+	}
+	applied, restored, err := plan.write(ctx, c, memo)
+	res.Applied = append(res.Applied, applied...)
+	res.Restored = restored
+	if err != nil {
+		return res, err
+	}
+	pruned, err := prune(ctx, c, plan, memo)
+	res.Pruned = pruned
+	return res, err
+}
 
-	// Read everything before writing anything: a conflict leaves the member
-	// untouched. The cache answers for what fleetdb already runs; what it
-	// misses (new objects, or a lagging cache) is read live, all at once, with
-	// the Namespace when something is to be created in it.
+// read reads every object of the plan. The cache answers for what fleetdb
+// already runs; what it misses (new objects, or a lagging cache) is read
+// live, all at once, with the Namespace when something is to be created in
+// it. A missing Namespace is created; createdNS says whether it was.
+func (p *plan) read(ctx context.Context, c client.Client, live client.Reader) (createdNS bool, err error) {
 	var misses []*item
-	for _, it := range plan.items {
-		found, err := it.readCached(ctx, c, plan.dbNamespace, plan.dbName)
+	for _, it := range p.items {
+		found, err := it.readCached(ctx, c, p.dbNamespace, p.dbName)
 		if err != nil {
-			return res, err
+			return false, err
 		}
 		if !found {
 			misses = append(misses, it)
 		}
 	}
-	if len(misses) > 0 {
-		nsExists := true
-		reads := make([]func() error, 0, len(misses)+1)
-		for _, it := range misses {
-			reads = append(reads, func() error { return it.readLive(ctx, live, plan.dbNamespace, plan.dbName) })
-		}
-		if plan.namespace != nil {
-			reads = append(reads, func() (err error) {
-				nsExists, err = namespaceExists(ctx, live, plan.namespace.Name)
-				return err
-			})
-		}
-		if err := parallel(reads); err != nil {
-			return res, err
-		}
-		missing := slices.ContainsFunc(misses, func(it *item) bool { return it.live == nil })
-		if missing && !nsExists {
-			created, err := createNamespace(ctx, c, plan.namespace)
-			if err != nil {
-				return res, err
-			}
-			if created {
-				res.Applied = append(res.Applied, ref(plan.namespace))
-			}
-		}
+	if len(misses) == 0 {
+		return false, nil
 	}
+	nsExists := true
+	reads := make([]func() error, 0, len(misses)+1)
+	for _, it := range misses {
+		reads = append(reads, func() error { return it.readLive(ctx, live, p.dbNamespace, p.dbName) })
+	}
+	if p.namespace != nil {
+		reads = append(reads, func() (err error) {
+			nsExists, err = namespaceExists(ctx, live, p.namespace.Name)
+			return err
+		})
+	}
+	if err := parallel(reads); err != nil {
+		return false, err
+	}
+	missing := slices.ContainsFunc(misses, func(it *item) bool { return it.live == nil })
+	if !missing || nsExists {
+		return false, nil
+	}
+	return createNamespace(ctx, c, p.namespace)
+}
 
-	// The objects do not depend on each other at creation (pods wait for
-	// their Secret and ConfigMap), so they are written at once: one round
-	// trip per member instead of one per object.
+// write applies the objects the member does not hold as last applied. They
+// do not depend on each other at creation (pods wait for their Secret and
+// ConfigMap), so they are written at once: one round trip per member
+// instead of one per object. It returns the objects written and, among them,
+// those put back after drift.
+func (p *plan) write(ctx context.Context, c client.Client, memo *Memo) (applied, restored []string, err error) {
 	var todo []*item
-	for _, it := range plan.items {
+	for _, it := range p.items {
 		if !it.upToDate(memo) {
 			todo = append(todo, it)
 		}
 	}
-	restored := make([]bool, len(todo))
+	wasRestored := make([]bool, len(todo))
 	writes := make([]func() error, len(todo))
 	for i, it := range todo {
 		writes[i] = func() (err error) {
-			restored[i], err = it.apply(ctx, c, memo)
+			wasRestored[i], err = it.apply(ctx, c, memo)
 			return err
 		}
 	}
-	werr := parallel(writes)
+	err = parallel(writes)
 	for i, it := range todo {
 		if it.applied {
-			res.Applied = append(res.Applied, ref(it.desired))
+			applied = append(applied, ref(it.desired))
 		}
-		if restored[i] {
-			res.Restored = append(res.Restored, ref(it.desired))
+		if wasRestored[i] {
+			restored = append(restored, ref(it.desired))
 		}
 	}
-	if werr != nil {
-		return res, werr
-	}
-
-	pruned, err := prune(ctx, c, plan, memo)
-	res.Pruned = pruned
-	return res, err
+	return applied, restored, err
 }
 
 // plan is Apply's view of objs.
