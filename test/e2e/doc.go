@@ -8,6 +8,7 @@
 // existing fleet described by kubeconfigs. See README.md in this folder.
 //
 // The package's non-test files hold the specs (specs.go), the helpers
-// (framework.go) and the local fleet (localfleet.go); e2e_test.go wires them
-// into `go test`.
+// (framework.go) and the watchdog (watchdog.go); the local fleet and the hub
+// process come from test/localfleet, shared with the benchmark. e2e_test.go
+// wires them into `go test`.
 package e2e
