@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -37,40 +38,48 @@ type memberWatch struct {
 
 func (w *memberWatch) observe(obj any, deleted bool) {
 	now := time.Now()
-	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	s, ok := obj.(*appsv1.StatefulSet)
+	s, ok := eventObject[*appsv1.StatefulSet](obj)
 	if !ok {
 		return
 	}
-	key := s.Namespace + "/" + s.Name
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	t := w.sts[key]
+	t := w.sts[s.Namespace+"/"+s.Name]
 	if t == nil {
 		t = &stsTrack{seen: now, replicas: map[int32]time.Time{}, ready: map[int32]time.Time{}}
-		w.sts[key] = t
+		w.sts[s.Namespace+"/"+s.Name] = t
 	}
 	if deleted {
-		if t.gone.IsZero() {
-			t.gone = now
-		}
+		t.gone = firstTime(t.gone, now)
 		return
 	}
 	want := int32(1)
 	if s.Spec.Replicas != nil {
 		want = *s.Spec.Replicas
 	}
-	if _, ok := t.replicas[want]; !ok {
-		t.replicas[want] = now
-	}
+	t.replicas[want] = firstTime(t.replicas[want], now)
 	if s.Status.ObservedGeneration >= s.Generation && s.Status.ReadyReplicas == want &&
 		s.Status.Replicas == want && s.Status.UpdatedReplicas == want {
-		if _, ok := t.ready[want]; !ok {
-			t.ready[want] = now
-		}
+		t.ready[want] = firstTime(t.ready[want], now)
 	}
+}
+
+// eventObject is a watch event's object as a T, also for a deletion the
+// watch missed (DeletedFinalStateUnknown).
+func eventObject[T any](obj any) (T, bool) {
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	t, ok := obj.(T)
+	return t, ok
+}
+
+// firstTime keeps the first time something was seen: seen, or now when unset.
+func firstTime(seen, now time.Time) time.Time {
+	if seen.IsZero() {
+		return now
+	}
+	return seen
 }
 
 // get returns a copy of the track of namespace/name, if any.
@@ -82,16 +91,8 @@ func (w *memberWatch) get(key string) (stsTrack, bool) {
 		return stsTrack{}, false
 	}
 	c := *t
-	c.replicas, c.ready = copyTimes(t.replicas), copyTimes(t.ready)
+	c.replicas, c.ready = maps.Clone(t.replicas), maps.Clone(t.ready)
 	return c, true
-}
-
-func copyTimes(m map[int32]time.Time) map[int32]time.Time {
-	out := make(map[int32]time.Time, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // dbTrack is what the hub watch saw of one Database.
@@ -108,32 +109,24 @@ type hubWatch struct {
 
 func (w *hubWatch) observe(obj any, deleted bool) {
 	now := time.Now()
-	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	db, ok := obj.(*fleetv1alpha1.Database)
+	db, ok := eventObject[*fleetv1alpha1.Database](obj)
 	if !ok {
 		return
 	}
-	key := db.Namespace + "/" + db.Name
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	t := w.dbs[key]
+	t := w.dbs[db.Namespace+"/"+db.Name]
 	if t == nil {
 		t = &dbTrack{ready: map[int64]time.Time{}}
-		w.dbs[key] = t
+		w.dbs[db.Namespace+"/"+db.Name] = t
 	}
 	if deleted {
-		if t.gone.IsZero() {
-			t.gone = now
-		}
+		t.gone = firstTime(t.gone, now)
 		return
 	}
 	c := meta.FindStatusCondition(db.Status.Conditions, fleetv1alpha1.ConditionReady)
 	if c != nil && c.Status == "True" && c.ObservedGeneration == db.Generation && db.Status.ObservedGeneration == db.Generation {
-		if _, ok := t.ready[db.Generation]; !ok {
-			t.ready[db.Generation] = now
-		}
+		t.ready[db.Generation] = firstTime(t.ready[db.Generation], now)
 	}
 }
 
@@ -144,11 +137,7 @@ func (w *hubWatch) get(key string) (dbTrack, bool) {
 	if !ok {
 		return dbTrack{}, false
 	}
-	c := dbTrack{ready: map[int64]time.Time{}, gone: t.gone}
-	for k, v := range t.ready {
-		c.ready[k] = v
-	}
-	return c, true
+	return dbTrack{ready: maps.Clone(t.ready), gone: t.gone}, true
 }
 
 // startInformer starts a cache for obj on cfg, restricted to sel, and sends
