@@ -30,94 +30,99 @@ func statusDB(gen int64) *fleetv1alpha1.Database {
 	return db
 }
 
+// computeStatusCase is one case of TestComputeStatus.
+type computeStatusCase struct {
+	name        string
+	gen         int64
+	targets     []string
+	results     map[string]*memberResult
+	unreachable func(string) (bool, string)
+	allowed     map[string]bool
+	teardown    []string
+	check       func(g Gomega, st fleetv1alpha1.DatabaseStatus)
+}
+
+// bothAllowed lets the rollout run the current generation on a and b.
+var bothAllowed = map[string]bool{"a": true, "b": true}
+
+var computeStatusCases = []computeStatusCase{
+	{
+		name: "all members ready on the current generation", gen: 3, targets: []string{"a", "b"}, allowed: bothAllowed,
+		results: map[string]*memberResult{"a": readyResult("a", 3), "b": readyResult("b", 3)},
+		check: func(g Gomega, st fleetv1alpha1.DatabaseStatus) {
+			g.Expect(meta.IsStatusConditionTrue(st.Conditions, fleetv1alpha1.ConditionReady)).To(BeTrue())
+			g.Expect(meta.IsStatusConditionTrue(st.Conditions, fleetv1alpha1.ConditionPlaced)).To(BeTrue())
+			g.Expect(meta.IsStatusConditionFalse(st.Conditions, fleetv1alpha1.ConditionDegraded)).To(BeTrue())
+			g.Expect(meta.FindStatusCondition(st.Conditions, fleetv1alpha1.ConditionReconciling)).To(BeNil())
+			g.Expect(st.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+			g.Expect(st.ReadySummary).To(Equal("2/2"))
+			g.Expect(st.ObservedGeneration).To(BeEquivalentTo(3))
+			for _, c := range st.Conditions {
+				g.Expect(c.ObservedGeneration).To(BeEquivalentTo(3))
+			}
+		},
+	},
+	{
+		name: "a member on an older generation is not ready", gen: 4, targets: []string{"a", "b"}, allowed: bothAllowed,
+		results: map[string]*memberResult{"a": readyResult("a", 4), "b": readyResult("b", 3)},
+		check: func(g Gomega, st fleetv1alpha1.DatabaseStatus) {
+			g.Expect(meta.IsStatusConditionFalse(st.Conditions, fleetv1alpha1.ConditionReady)).To(BeTrue())
+			g.Expect(meta.IsStatusConditionTrue(st.Conditions, fleetv1alpha1.ConditionReconciling)).To(BeTrue())
+			g.Expect(st.Clusters[1].Phase).To(Equal(fleetv1alpha1.ClusterPhaseProvisioning))
+			g.Expect(st.Phase).To(Equal(fleetv1alpha1.PhaseProvisioning))
+			g.Expect(st.ReadySummary).To(Equal("1/2"))
+		},
+	},
+	{
+		name: "members held by the rollout say so", gen: 4, targets: []string{"a", "b"}, allowed: map[string]bool{"a": true},
+		results: map[string]*memberResult{"a": readyResult("a", 3), "b": readyResult("b", 3)},
+		check: func(g Gomega, st fleetv1alpha1.DatabaseStatus) {
+			g.Expect(st.Clusters[1].Message).To(ContainSubstring("waiting for the rollout"))
+			g.Expect(meta.FindStatusCondition(st.Conditions, fleetv1alpha1.ConditionReconciling).Reason).To(Equal(fleetv1alpha1.ReasonRollingOut))
+		},
+	},
+	{
+		name: "unreachable and conflicting members degrade and are named", gen: 1, targets: []string{"a", "b", "c"}, allowed: bothAllowed,
+		results: map[string]*memberResult{
+			"a": readyResult("a", 1),
+			"c": {HasWorkload: true, Status: fleetv1alpha1.ClusterStatus{Phase: fleetv1alpha1.ClusterPhaseConflict, Message: "StatefulSet team-a/orders exists"}},
+		},
+		unreachable: func(n string) (bool, string) { return n == "b", "connection refused" },
+		check: func(g Gomega, st fleetv1alpha1.DatabaseStatus) {
+			deg := meta.FindStatusCondition(st.Conditions, fleetv1alpha1.ConditionDegraded)
+			g.Expect(deg.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(deg.Message).To(And(ContainSubstring("unreachable: b"), ContainSubstring("c")))
+			g.Expect(st.Clusters[1].Phase).To(Equal(fleetv1alpha1.ClusterPhaseUnreachable))
+			g.Expect(st.Clusters[1].Message).To(ContainSubstring("connection refused"))
+			g.Expect(st.Clusters[2].Phase).To(Equal(fleetv1alpha1.ClusterPhaseConflict))
+			g.Expect(st.Phase).To(Equal(fleetv1alpha1.PhaseDegraded))
+		},
+	},
+	{
+		name: "nothing placed", gen: 1, targets: nil,
+		check: func(g Gomega, st fleetv1alpha1.DatabaseStatus) {
+			placed := meta.FindStatusCondition(st.Conditions, fleetv1alpha1.ConditionPlaced)
+			g.Expect(placed.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(placed.Reason).To(Equal(fleetv1alpha1.ReasonNoMatchingClusters))
+			g.Expect(meta.IsStatusConditionTrue(st.Conditions, fleetv1alpha1.ConditionReady)).To(BeFalse())
+			g.Expect(st.Phase).To(Equal(fleetv1alpha1.PhasePending))
+		},
+	},
+	{
+		name: "members being torn down are listed and keep Ready false", gen: 2, targets: []string{"a"}, allowed: bothAllowed, teardown: []string{"z"},
+		results: map[string]*memberResult{"a": readyResult("a", 2), "z": {Status: fleetv1alpha1.ClusterStatus{Phase: fleetv1alpha1.ClusterPhaseDeleting}}},
+		check: func(g Gomega, st fleetv1alpha1.DatabaseStatus) {
+			g.Expect(st.Clusters).To(HaveLen(2))
+			g.Expect(st.Clusters[1].Phase).To(Equal(fleetv1alpha1.ClusterPhaseDeleting))
+			g.Expect(st.TargetClusters).To(BeEquivalentTo(1))
+			g.Expect(meta.IsStatusConditionTrue(st.Conditions, fleetv1alpha1.ConditionReconciling)).To(BeTrue())
+		},
+	},
+}
+
 func TestComputeStatus(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	allowed := map[string]bool{"a": true, "b": true}
-
-	tests := []struct {
-		name        string
-		gen         int64
-		targets     []string
-		results     map[string]*memberResult
-		unreachable func(string) (bool, string)
-		allowed     map[string]bool
-		teardown    []string
-		check       func(g Gomega, st fleetv1alpha1.DatabaseStatus)
-	}{
-		{
-			name: "all members ready on the current generation", gen: 3, targets: []string{"a", "b"}, allowed: allowed,
-			results: map[string]*memberResult{"a": readyResult("a", 3), "b": readyResult("b", 3)},
-			check: func(g Gomega, st fleetv1alpha1.DatabaseStatus) {
-				g.Expect(meta.IsStatusConditionTrue(st.Conditions, fleetv1alpha1.ConditionReady)).To(BeTrue())
-				g.Expect(meta.IsStatusConditionTrue(st.Conditions, fleetv1alpha1.ConditionPlaced)).To(BeTrue())
-				g.Expect(meta.IsStatusConditionFalse(st.Conditions, fleetv1alpha1.ConditionDegraded)).To(BeTrue())
-				g.Expect(meta.FindStatusCondition(st.Conditions, fleetv1alpha1.ConditionReconciling)).To(BeNil())
-				g.Expect(st.Phase).To(Equal(fleetv1alpha1.PhaseReady))
-				g.Expect(st.ReadySummary).To(Equal("2/2"))
-				g.Expect(st.ObservedGeneration).To(BeEquivalentTo(3))
-				for _, c := range st.Conditions {
-					g.Expect(c.ObservedGeneration).To(BeEquivalentTo(3))
-				}
-			},
-		},
-		{
-			name: "a member on an older generation is not ready", gen: 4, targets: []string{"a", "b"}, allowed: allowed,
-			results: map[string]*memberResult{"a": readyResult("a", 4), "b": readyResult("b", 3)},
-			check: func(g Gomega, st fleetv1alpha1.DatabaseStatus) {
-				g.Expect(meta.IsStatusConditionFalse(st.Conditions, fleetv1alpha1.ConditionReady)).To(BeTrue())
-				g.Expect(meta.IsStatusConditionTrue(st.Conditions, fleetv1alpha1.ConditionReconciling)).To(BeTrue())
-				g.Expect(st.Clusters[1].Phase).To(Equal(fleetv1alpha1.ClusterPhaseProvisioning))
-				g.Expect(st.Phase).To(Equal(fleetv1alpha1.PhaseProvisioning))
-				g.Expect(st.ReadySummary).To(Equal("1/2"))
-			},
-		},
-		{
-			name: "members held by the rollout say so", gen: 4, targets: []string{"a", "b"}, allowed: map[string]bool{"a": true},
-			results: map[string]*memberResult{"a": readyResult("a", 3), "b": readyResult("b", 3)},
-			check: func(g Gomega, st fleetv1alpha1.DatabaseStatus) {
-				g.Expect(st.Clusters[1].Message).To(ContainSubstring("waiting for the rollout"))
-				g.Expect(meta.FindStatusCondition(st.Conditions, fleetv1alpha1.ConditionReconciling).Reason).To(Equal(fleetv1alpha1.ReasonRollingOut))
-			},
-		},
-		{
-			name: "unreachable and conflicting members degrade and are named", gen: 1, targets: []string{"a", "b", "c"}, allowed: allowed,
-			results: map[string]*memberResult{
-				"a": readyResult("a", 1),
-				"c": {HasWorkload: true, Status: fleetv1alpha1.ClusterStatus{Phase: fleetv1alpha1.ClusterPhaseConflict, Message: "StatefulSet team-a/orders exists"}},
-			},
-			unreachable: func(n string) (bool, string) { return n == "b", "connection refused" },
-			check: func(g Gomega, st fleetv1alpha1.DatabaseStatus) {
-				deg := meta.FindStatusCondition(st.Conditions, fleetv1alpha1.ConditionDegraded)
-				g.Expect(deg.Status).To(Equal(metav1.ConditionTrue))
-				g.Expect(deg.Message).To(And(ContainSubstring("unreachable: b"), ContainSubstring("c")))
-				g.Expect(st.Clusters[1].Phase).To(Equal(fleetv1alpha1.ClusterPhaseUnreachable))
-				g.Expect(st.Clusters[1].Message).To(ContainSubstring("connection refused"))
-				g.Expect(st.Clusters[2].Phase).To(Equal(fleetv1alpha1.ClusterPhaseConflict))
-				g.Expect(st.Phase).To(Equal(fleetv1alpha1.PhaseDegraded))
-			},
-		},
-		{
-			name: "nothing placed", gen: 1, targets: nil,
-			check: func(g Gomega, st fleetv1alpha1.DatabaseStatus) {
-				placed := meta.FindStatusCondition(st.Conditions, fleetv1alpha1.ConditionPlaced)
-				g.Expect(placed.Status).To(Equal(metav1.ConditionFalse))
-				g.Expect(placed.Reason).To(Equal(fleetv1alpha1.ReasonNoMatchingClusters))
-				g.Expect(meta.IsStatusConditionTrue(st.Conditions, fleetv1alpha1.ConditionReady)).To(BeFalse())
-				g.Expect(st.Phase).To(Equal(fleetv1alpha1.PhasePending))
-			},
-		},
-		{
-			name: "members being torn down are listed and keep Ready false", gen: 2, targets: []string{"a"}, allowed: allowed, teardown: []string{"z"},
-			results: map[string]*memberResult{"a": readyResult("a", 2), "z": {Status: fleetv1alpha1.ClusterStatus{Phase: fleetv1alpha1.ClusterPhaseDeleting}}},
-			check: func(g Gomega, st fleetv1alpha1.DatabaseStatus) {
-				g.Expect(st.Clusters).To(HaveLen(2))
-				g.Expect(st.Clusters[1].Phase).To(Equal(fleetv1alpha1.ClusterPhaseDeleting))
-				g.Expect(st.TargetClusters).To(BeEquivalentTo(1))
-				g.Expect(meta.IsStatusConditionTrue(st.Conditions, fleetv1alpha1.ConditionReconciling)).To(BeTrue())
-			},
-		},
-	}
-	for _, tc := range tests {
+	for _, tc := range computeStatusCases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			un := tc.unreachable
