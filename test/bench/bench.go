@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -378,7 +379,9 @@ func (b *bench) directObjects(name, cluster string, reps int32, generation int64
 		if err != nil {
 			return nil, err
 		}
-		relabel(body.Object)
+		if err := relabel(body); err != nil {
+			return nil, err
+		}
 		out = append(out, body)
 	}
 	return out, nil
@@ -387,23 +390,14 @@ func (b *bench) directObjects(name, cluster string, reps int32, generation int64
 // relabel sets managed-by to directManagedBy wherever it says fleetdb
 // (labels, selectors, templates), so that the hub never takes the
 // baseline's objects for its own.
-func relabel(m map[string]any) {
-	for k, v := range m {
-		switch v := v.(type) {
-		case string:
-			if k == fleetv1alpha1.LabelManagedBy && v == fleetv1alpha1.ManagedByValue {
-				m[k] = directManagedBy
-			}
-		case map[string]any:
-			relabel(v)
-		case []any:
-			for _, e := range v {
-				if em, ok := e.(map[string]any); ok {
-					relabel(em)
-				}
-			}
-		}
+func relabel(body *unstructured.Unstructured) error {
+	raw, err := body.MarshalJSON()
+	if err != nil {
+		return err
 	}
+	from := fmt.Sprintf("%q:%q", fleetv1alpha1.LabelManagedBy, fleetv1alpha1.ManagedByValue)
+	to := fmt.Sprintf("%q:%q", fleetv1alpha1.LabelManagedBy, directManagedBy)
+	return body.UnmarshalJSON(bytes.ReplaceAll(raw, []byte(from), []byte(to)))
 }
 
 // directApply is the baseline: the rendered objects applied with server-side

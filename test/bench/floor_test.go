@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/member"
+)
+
+// TestFloorSendsTheHubsBodies: the floor's objects are the bodies member.Apply
+// would send for the same Database, but for the managed-by label, which
+// names the floor everywhere fleetdb's value stood (labels, selectors,
+// templates) so that the hub never takes them for its own.
+func TestFloorSendsTheHubsBodies(t *testing.T) {
+	g := NewWithT(t)
+	b := &bench{members: []string{"m1"}, creds: map[string][]byte{"username": []byte("app"), "password": []byte("secret")}}
+	floor, err := b.directObjects("orders", "m1", 3, 2)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	db := b.newDatabase("orders", b.members, 1)
+	db.Namespace, db.UID, db.Generation, db.Spec.Replicas = nsDirect, "direct-orders", 2, 3
+	rendered, err := member.Render(member.Params{Database: db, Cluster: "m1", Credentials: b.creds})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(floor).To(HaveLen(len(rendered)))
+
+	fleetdbLabel := []byte(`"` + fleetv1alpha1.LabelManagedBy + `":"` + fleetv1alpha1.ManagedByValue + `"`)
+	floorLabel := []byte(`"` + fleetv1alpha1.LabelManagedBy + `":"` + directManagedBy + `"`)
+	for i, obj := range rendered {
+		hub, err := member.ApplyBody(obj, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		want, err := hub.MarshalJSON()
+		g.Expect(err).NotTo(HaveOccurred())
+		got, err := floor[i].MarshalJSON()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(bytes.Contains(got, fleetdbLabel)).To(BeFalse(), "%s still says managed-by fleetdb", floor[i].GetKind())
+		g.Expect(bytes.Count(got, floorLabel)).To(Equal(bytes.Count(want, fleetdbLabel)), floor[i].GetKind())
+		g.Expect(string(got)).To(Equal(string(bytes.ReplaceAll(want, fleetdbLabel, floorLabel))), floor[i].GetKind())
+	}
+}
