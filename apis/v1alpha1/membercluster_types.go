@@ -49,6 +49,13 @@ type MemberClusterStatus struct {
 	// KubernetesVersion the member's API server reports.
 	// +optional
 	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	// Backends are the Database backends the member offers, as the hub's
+	// probes discovered them (StatefulSet always; CloudNativePG when the
+	// member serves CloudNativePG's Cluster API).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	Backends []Backend `json:"backends,omitempty"`
 	// LastProbeTime is when the hub last probed the member.
 	// +optional
 	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
