@@ -8,9 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
-	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
-	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/member"
@@ -87,7 +86,7 @@ func (w *backendWatches) ensure(ctx context.Context, name string, cl cluster.Clu
 		if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 			obj = t.Obj
 		}
-		o, ok := obj.(ctrl.Object)
+		o, ok := obj.(client.Object)
 		if !ok {
 			return
 		}
@@ -109,7 +108,7 @@ func (w *backendWatches) ensure(ctx context.Context, name string, cl cluster.Clu
 // collectServices adds the Databases whose labelled Services the member
 // holds to found (the CloudNativePG backend has neither StatefulSet nor
 // ConfigMap).
-func collectServices(ctx context.Context, c ctrl.Reader, found map[types.NamespacedName]fleetv1alpha1.DeletionPolicy) error {
+func collectServices(ctx context.Context, c client.Reader, found map[types.NamespacedName]fleetv1alpha1.DeletionPolicy) error {
 	var svcs corev1.ServiceList
 	if err := c.List(ctx, &svcs); err != nil {
 		return err
@@ -120,4 +119,22 @@ func collectServices(ctx context.Context, c ctrl.Reader, found map[types.Namespa
 	return nil
 }
 
-var _ = mcreconcile.Request{}
+// backendReady makes sure that the member can run db's backend; for
+// CloudNativePG it starts the member's Cluster watch. It returns a
+// *member.BackendMissingError when the member does not offer it.
+func (r *memberSyncReconciler) backendReady(ctx context.Context, cluster string, cl cluster.Cluster, db *fleetv1alpha1.Database) error {
+	backend := db.EffectiveBackend()
+	if backend != fleetv1alpha1.BackendCloudNativePG {
+		return nil
+	}
+	if offered, known := r.provider.Offers(cluster, backend); known && !offered {
+		return &member.BackendMissingError{Backend: backend}
+	}
+	if err := r.watches.ensure(ctx, cluster, cl); err != nil {
+		if member.IsBackendMissing(err) {
+			return &member.BackendMissingError{Backend: backend}
+		}
+		return fmt.Errorf("watching CloudNativePG Clusters: %w", err)
+	}
+	return nil
+}

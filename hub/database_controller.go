@@ -109,6 +109,13 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		return ctrl.Result{}, err
 	}
 
+	if msg := backendChanged(db); msg != "" {
+		if err := r.writeStatus(ctx, db, stalledStatus(db, fleetv1alpha1.ReasonBackendChanged, msg)); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, reconcile.TerminalError(errors.New(msg))
+	}
+
 	var members fleetv1alpha1.MemberClusterList
 	if err := r.hub.List(ctx, &members); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing member clusters: %w", err)
@@ -272,6 +279,7 @@ func (r *databaseReconciler) finalizerAndCredentials(ctx context.Context, db *fl
 func (r *databaseReconciler) addFinalizer(ctx context.Context, db *fleetv1alpha1.Database) error {
 	for attempt := 0; ; attempt++ {
 		patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		recordBackend(db)
 		controllerutil.AddFinalizer(db, fleetv1alpha1.TeardownFinalizer)
 		err := r.hub.Patch(ctx, db, patch)
 		if !apierrors.IsConflict(err) || attempt > 0 {

@@ -46,6 +46,8 @@ type memberSyncReconciler struct {
 	// queue, where parked requests go back.
 	limiter *memberLimiter
 	self    *queueRef
+	// watches watches the CloudNativePG Clusters of members that run them.
+	watches *backendWatches
 }
 
 // Reconcile syncs one Database in one member, bounded by the member call timeout.
@@ -116,7 +118,11 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 		}
 		tel.finish(outcomeTornDown)
 		r.memo.ForgetDatabase(cluster, key.Namespace, key.Name)
-		r.record(key, cluster, &memberResult{Status: deletingStatus(cluster, "removed"), TornDown: true})
+		msg := "removed"
+		if p.policy == fleetv1alpha1.DeletionPolicyOrphan {
+			msg = "left running without fleetdb's labels (deletionPolicy Orphan): the workload is no longer managed"
+		}
+		r.record(key, cluster, &memberResult{Status: deletingStatus(cluster, msg), TornDown: true})
 		return ctrl.Result{}, nil
 	}
 
@@ -132,6 +138,18 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 	if db.UID != p.uid || !db.DeletionTimestamp.IsZero() {
 		// The plan is stale; the Database controller is about to replace it.
 		return ctrl.Result{}, nil
+	}
+
+	if err := r.backendReady(ctx, cluster, cl, db); err != nil {
+		if member.IsBackendMissing(err) {
+			// Terminal until the member offers it (the registry wakes us) or the Database changes.
+			tel.finish(outcomeObserved)
+			r.record(key, cluster, &memberResult{Status: backendMissingStatus(cluster, db.EffectiveBackend())})
+			return ctrl.Result{}, nil
+		}
+		tel.failed(errReasonObserve, err)
+		r.recordFailure(key, cluster, err)
+		return ctrl.Result{}, err
 	}
 
 	outcome := outcomeObserved

@@ -157,6 +157,7 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 		mgr: mgr, hub: local.GetClient(), hubLive: local.GetAPIReader(), provider: provider, state: st, memo: member.NewMemo(),
 		opts: opts, recorder: recorder, databases: dbQueue, tracer: hubTracer(),
 		limiter: newMemberLimiter(max(2, opts.MemberWorkers/4)), self: memberQueue,
+		watches: newBackendWatches(memberQueue),
 	}
 	b := mcbuilder.ControllerManagedBy(mgr).Named("member-sync")
 	memberOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(false), mcbuilder.WithEngageWithProviderClusters(true)}
