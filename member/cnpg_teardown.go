@@ -157,14 +157,20 @@ func patchLabelsAway(ctx context.Context, c client.Client, obj client.Object) er
 
 // retainedCredentials reports whether cur, found where the CloudNativePG
 // backend's credentials Secret goes, is the one an earlier Database of the
-// same name left under deletionPolicy Retain (fleetdb's labels stripped, its
-// annotation kept): a re-created Database takes it over, so that it can start
-// from the retained volumes. CloudNativePG sets the owner's password from the
-// Secret again at start, so the new credentials work on the old data.
+// same name released on teardown (fleetdb's labels stripped, its
+// deletion-policy annotation kept; the annotation may predate a policy
+// change that had not reached this member yet): a re-created Database takes
+// it over, so that it can start from the retained volumes. CloudNativePG sets
+// the owner's password from the Secret again at every start, so the new
+// credentials work on the old data. (After an Orphan teardown the Cluster
+// itself is still there, unlabelled, and conflicts: nothing is taken over.)
 func retainedCredentials(cur, desired client.Object) bool {
 	s, ok := cur.(*corev1.Secret)
 	d, dok := desired.(*corev1.Secret)
-	return ok && dok && s.Type == corev1.SecretTypeBasicAuth && d.Type == corev1.SecretTypeBasicAuth &&
-		s.Labels[fleetv1alpha1.LabelManagedBy] == "" &&
-		s.Annotations[fleetv1alpha1.AnnotationDeletionPolicy] == string(fleetv1alpha1.DeletionPolicyRetain)
+	if !ok || !dok {
+		return false
+	}
+	_, marked := s.Annotations[fleetv1alpha1.AnnotationDeletionPolicy]
+	return s.Type == corev1.SecretTypeBasicAuth && d.Type == corev1.SecretTypeBasicAuth &&
+		s.Labels[fleetv1alpha1.LabelManagedBy] == "" && marked
 }
