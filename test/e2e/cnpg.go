@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,6 +64,8 @@ type CNPGInput struct {
 	// HubServer replaces the hub kubeconfig's server in CNPGMissingSpec, for
 	// a hub that runs inside the hub cluster (https://kubernetes.default.svc).
 	HubServer string
+	// HubNamespace holds the kubeconfig Secrets on the hub; default fleetdb-system.
+	HubNamespace string
 }
 
 // CNPGOverrideSpec creates a 3-instance Database on the CloudNativePG
@@ -140,7 +145,7 @@ func CNPGDeleteSpec(ctx context.Context, in CNPGInput) {
 
 func cnpgDelete(ctx context.Context, t *testing.T, f *Fleet, policy fleetv1alpha1.DeletionPolicy) {
 	g := NewWithT(t)
-	ns := CreateNamespace(ctx, CreateNamespaceInput{T: t, Fleet: f, Prefix: "e2e-cnpg-" + string(policy[:3])})
+	ns := CreateNamespace(ctx, CreateNamespaceInput{T: t, Fleet: f, Prefix: "e2e-cnpg-" + strings.ToLower(string(policy))})
 	DumpOnFailure(t, f, ns)
 	members := f.MemberNames()
 	db := NewDatabase(ns, "ledger", 2, members)
@@ -218,7 +223,7 @@ func CNPGMissingSpec(ctx context.Context, in CNPGInput) {
 		g.Expect(err).NotTo(HaveOccurred())
 	}
 	hub := f.Hub.Client
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: *flagHubNamespace, Name: bare + "-kubeconfig"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cmp.Or(in.HubNamespace, "fleetdb-system"), Name: bare + "-kubeconfig"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}
 	g.Expect(hub.Create(ctx, secret)).To(Succeed())
 	mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: bare}, Spec: fleetv1alpha1.MemberClusterSpec{
 		KubeconfigSecretRef: fleetv1alpha1.SecretKeyRef{Namespace: secret.Namespace, Name: secret.Name, Key: "kubeconfig"}}}
@@ -245,4 +250,20 @@ func CNPGMissingSpec(ctx context.Context, in CNPGInput) {
 		g.Expect(hub.Get(ctx, client.ObjectKey{Name: bare}, &got)).To(Succeed())
 		g.Expect(got.Status.Backends).To(Equal([]fleetv1alpha1.Backend{fleetv1alpha1.BackendStatefulSet}))
 	}).WithContext(ctx).WithTimeout(f.Intervals.Ready).WithPolling(f.Intervals.Poll).Should(Succeed())
+}
+
+// MemberReplicas reads the replicas a member's workload wants and has ready:
+// its StatefulSet's, or its CloudNativePG Cluster's instances.
+func MemberReplicas(ctx context.Context, g Gomega, m *Cluster, db *fleetv1alpha1.Database) (replicas, ready int32) {
+	key := client.ObjectKeyFromObject(db)
+	if db.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG {
+		u := member.NewCNPGCluster()
+		g.Expect(m.Client.Get(ctx, key, u)).To(Succeed())
+		n, _, _ := unstructured.NestedInt64(u.Object, "spec", "instances")
+		r, _, _ := unstructured.NestedInt64(u.Object, "status", "readyInstances")
+		return int32(n), int32(r)
+	}
+	sts := &appsv1.StatefulSet{}
+	g.Expect(m.Client.Get(ctx, key, sts)).To(Succeed())
+	return *sts.Spec.Replicas, sts.Status.ReadyReplicas
 }

@@ -444,7 +444,7 @@ func TestCNPGDelete(t *testing.T) {
 }
 
 func TestCNPGMissing(t *testing.T) {
-	in := CNPGInput{T: t, Fleet: suite.fleet}
+	in := CNPGInput{T: t, Fleet: suite.fleet, HubNamespace: *flagHubNamespace}
 	if suite.hub == nil {
 		in.HubServer = "https://kubernetes.default.svc" // the hub runs in the hub cluster
 	}

@@ -74,11 +74,10 @@ func CreateReadySpec(ctx context.Context, in CreateReadyInput) {
 	// What the hub reports per member is what the member reports.
 	final := GetDatabase(ctx, g, f, key)
 	for _, m := range f.Members {
-		sts := &appsv1.StatefulSet{}
-		g.Expect(m.Client.Get(ctx, key, sts)).To(Succeed())
+		replicas, ready := MemberReplicas(ctx, g, m, final)
 		e := Entry(g, final, m.Name)
-		g.Expect(e.ReadyReplicas).To(Equal(sts.Status.ReadyReplicas), m.Name)
-		g.Expect(e.Replicas).To(Equal(*sts.Spec.Replicas), m.Name)
+		g.Expect(e.ReadyReplicas).To(Equal(ready), m.Name)
+		g.Expect(e.Replicas).To(Equal(replicas), m.Name)
 		g.Expect(e.Endpoint).To(Equal(fmt.Sprintf("%s.%s.svc:5432", key.Name, key.Namespace)), m.Name)
 	}
 
