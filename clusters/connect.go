@@ -101,7 +101,7 @@ type connectResult struct {
 	cl       cluster.Cluster
 	version  string
 	backends []fleetv1alpha1.Backend
-	err     *failure
+	err      *failure
 	// unreachable is true when the preflight failed: the member did not
 	// answer as it should, so a passing probe is worth an early retry.
 	unreachable bool

@@ -96,7 +96,7 @@ func testCNPGApply(t *testing.T, ctx context.Context, c client.Client) {
 	for _, mf := range u.GetManagedFields() {
 		if mf.Manager == fleetv1alpha1.FieldManager && mf.Operation == metav1.ManagedFieldsOperationApply {
 			g.Expect(mf.FieldsV1).NotTo(BeNil())
-			g.Expect(json.Unmarshal(mf.FieldsV1.Raw, &owned)).To(Succeed())
+			g.Expect(json.Unmarshal(mf.FieldsV1.GetRawBytes(), &owned)).To(Succeed())
 		}
 	}
 	g.Expect(keys(owned["f:spec"].(map[string]any))).To(Equal([]string{"f:bootstrap", "f:imageName", "f:instances", "f:resources", "f:storage"}))

@@ -47,7 +47,7 @@ func teardownCNPG(ctx context.Context, c client.Client, namespace, name string, 
 		u := &list.Items[i]
 		gone, err := teardownOneCNPG(ctx, c, u, policy, memo)
 		if err != nil {
-			errs = multierror.Append(errs, fmt.Errorf("Cluster %s/%s: %w", u.GetNamespace(), u.GetName(), err))
+			errs = multierror.Append(errs, fmt.Errorf("the Cluster %s/%s: %w", u.GetNamespace(), u.GetName(), err))
 		}
 		done = done && gone && err == nil
 	}

@@ -39,8 +39,12 @@ func CNPGModuleDir() (string, error) {
 			return
 		}
 		var info struct{ Dir, Error string }
-		if err := json.Unmarshal(out, &info); err != nil || info.Dir == "" {
-			cnpgErr = fmt.Errorf("downloading %s: %v %s", cnpgModule, err, info.Error)
+		if err := json.Unmarshal(out, &info); err != nil {
+			cnpgErr = fmt.Errorf("downloading %s: %w", cnpgModule, err)
+			return
+		}
+		if info.Dir == "" {
+			cnpgErr = fmt.Errorf("downloading %s: %s", cnpgModule, info.Error)
 			return
 		}
 		cnpgDir = info.Dir

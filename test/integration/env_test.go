@@ -104,7 +104,7 @@ type env struct {
 	ctx     context.Context
 }
 
-// envOptions tune startEnvWith; the zero value is startEnv's fleet.
+// envOptions tune startEnvWith.
 type envOptions struct {
 	// metricsAddr is the hub's metrics endpoint; "" disables it.
 	metricsAddr string
@@ -113,10 +113,6 @@ type envOptions struct {
 	logs io.Writer
 	// withoutCNPG are members without CloudNativePG's CRDs.
 	withoutCNPG []string
-}
-
-func startEnv(t *testing.T, members ...string) *env {
-	return startEnvWith(t, envOptions{}, members...)
 }
 
 func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
