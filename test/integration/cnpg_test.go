@@ -3,12 +3,14 @@ package integration
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -37,6 +39,20 @@ func testCNPG(t *testing.T, e *env) {
 	for _, m := range []string{"m1", "m2"} {
 		g.Expect(clusterInstances(e, m, ns, "books")).To(BeEquivalentTo(2))
 	}
+
+	// At rest: no writes (the Cluster watch and the probes' discovery only read).
+	e.settle(g)
+	e.writes.reset()
+	time.Sleep(3 * time.Second)
+	g.Expect(e.hubWritesIn(ns)).To(BeEmpty(), "writes at rest")
+
+	// Drift on a field fleetdb owns is put back and reported.
+	u := member.NewCNPGCluster()
+	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "books"}, u)).To(Succeed())
+	g.Expect(unstructured.SetNestedField(u.Object, int64(5), "spec", "instances")).To(Succeed())
+	g.Expect(e.member("m1").Update(e.ctx, u)).To(Succeed())
+	g.Eventually(func() int64 { return clusterInstances(e, "m1", ns, "books") }).WithTimeout(eventually).WithPolling(poll).Should(BeEquivalentTo(2))
+	g.Eventually(e.eventSeen(ns, "DriftCorrected", "m1")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
 	// m3 serves no Cluster API: it says so, nothing is written there, the rest runs.
 	g.Expect(e.hub.Create(e.ctx, newCNPGDB(ns, "maps", "m1", "m3"))).To(Succeed())
