@@ -109,6 +109,10 @@ func TestRenderBackendChoice(t *testing.T) {
 			db.Finalizers = []string{fleetv1alpha1.TeardownFinalizer}
 			db.Annotations = map[string]string{fleetv1alpha1.AnnotationBackend: "CloudNativePG"}
 		}, "Cluster/orders"},
+		{"the record removed by hand: what the members report", func(db *fleetv1alpha1.Database) {
+			db.Finalizers = []string{fleetv1alpha1.TeardownFinalizer}
+			db.Status.Clusters = []fleetv1alpha1.ClusterStatus{{Name: "eu-1", Backend: fleetv1alpha1.BackendCloudNativePG}}
+		}, "Cluster/orders"},
 		{"the record wins over a later spec.backend", func(db *fleetv1alpha1.Database) {
 			db.Spec.Backend = fleetv1alpha1.BackendCloudNativePG
 			db.Annotations = map[string]string{fleetv1alpha1.AnnotationBackend: "StatefulSet"}

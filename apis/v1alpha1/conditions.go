@@ -173,6 +173,8 @@ func (d *Database) EffectiveUnreachableTimeout() time.Duration {
 // EffectiveBackend is the backend the members run:
 //
 //   - the one the hub recorded in AnnotationBackend at the first placement;
+//   - else (the annotation was removed by hand) the one the members report
+//     in status.clusters;
 //   - else, for a Database that already carries the teardown finalizer (it
 //     was placed by a fleetdb that had only the StatefulSet backend), StatefulSet:
 //     moving it would start an empty database;
@@ -181,6 +183,11 @@ func (d *Database) EffectiveBackend() Backend {
 	switch b := Backend(d.Annotations[AnnotationBackend]); b {
 	case BackendCloudNativePG, BackendStatefulSet:
 		return b
+	}
+	for _, c := range d.Status.Clusters {
+		if c.Backend == BackendCloudNativePG || c.Backend == BackendStatefulSet {
+			return c.Backend
+		}
 	}
 	for _, f := range d.Finalizers {
 		if f == TeardownFinalizer {
