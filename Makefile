@@ -116,7 +116,7 @@ kind-e2e: ## Run the e2e suite against the kind fleet.
 	FLEETDB_E2E_HUB_KUBECONFIG=$(CURDIR)/$(KIND_OUT)/hub.kubeconfig \
 	FLEETDB_E2E_MEMBER_KUBECONFIGS=$$(for m in $(KIND_MEMBERS); do printf '%s=%s,' $$m $(CURDIR)/$(KIND_OUT)/$$m.kubeconfig; done | sed 's/,$$//') \
 	FLEETDB_E2E_HUB_NAMESPACE=fleetdb-system \
-	  $(GO) test -count=1 -timeout 40m ./test/e2e/... -args -fleet=kind
+	  $(GO) test -count=1 -timeout 70m ./test/e2e/... -args -fleet=kind
 
 .PHONY: kind-down
 kind-down: ## Delete the kind clusters.
