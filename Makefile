@@ -69,7 +69,7 @@ KIND_MEMBERS := member-1 member-2
 KIND_MEMBER_LABELS := fleetdb.io/sample=true,fleetdb.io/fleet=kind
 
 .PHONY: kind-up
-kind-up: ## Create the kind hub and members, install the CRDs on the hub and join the members.
+kind-up: ## Create the kind hub and members, install the CRDs on the hub, the CloudNativePG operator (test/tools/cnpg's version) in the members, and join the members.
 	@mkdir -p $(KIND_OUT)
 	for c in hub $(KIND_MEMBERS); do \
 	  name=$$(sed -n 's/^name: *//p' kind-configs/$$c.yaml); \
@@ -82,6 +82,11 @@ kind-up: ## Create the kind hub and members, install the CRDs on the hub and joi
 	$(KUBECTL) --kubeconfig $(KIND_OUT)/hub.kubeconfig apply --server-side -k deploy/crds
 	$(KUBECTL) --kubeconfig $(KIND_OUT)/hub.kubeconfig wait --for=condition=Established --timeout=60s \
 	  crd/databases.fleetdb.io crd/memberclusters.fleetdb.io
+	KUBECTL=$(KUBECTL) hack/cnpg.sh operator >$(KIND_OUT)/cnpg-operator.yaml
+	for m in $(KIND_MEMBERS); do \
+	  $(KUBECTL) --kubeconfig $(KIND_OUT)/$$m.kubeconfig apply --server-side --force-conflicts -f $(KIND_OUT)/cnpg-operator.yaml >/dev/null && \
+	  $(KUBECTL) --kubeconfig $(KIND_OUT)/$$m.kubeconfig -n cnpg-system rollout status deployment/cnpg-controller-manager --timeout=300s || exit 1; \
+	done
 	for m in $(KIND_MEMBERS); do \
 	  sc=$$($(KUBECTL) --kubeconfig $(KIND_OUT)/$$m.kubeconfig get storageclass \
 	    -o jsonpath='{range .items[?(@.metadata.annotations.storageclass\.kubernetes\.io/is-default-class=="true")]}{.metadata.name}{end}'); \
@@ -111,7 +116,7 @@ kind-e2e: ## Run the e2e suite against the kind fleet.
 	FLEETDB_E2E_HUB_KUBECONFIG=$(CURDIR)/$(KIND_OUT)/hub.kubeconfig \
 	FLEETDB_E2E_MEMBER_KUBECONFIGS=$$(for m in $(KIND_MEMBERS); do printf '%s=%s,' $$m $(CURDIR)/$(KIND_OUT)/$$m.kubeconfig; done | sed 's/,$$//') \
 	FLEETDB_E2E_HUB_NAMESPACE=fleetdb-system \
-	  $(GO) test -count=1 -timeout 40m ./test/e2e/... -args -fleet=kind
+	  $(GO) test -count=1 -timeout 70m ./test/e2e/... -args -fleet=kind
 
 .PHONY: kind-down
 kind-down: ## Delete the kind clusters.

@@ -98,9 +98,10 @@ func newProber(cfg *rest.Config, timeout time.Duration) (rest.Interface, error) 
 
 // connectResult is the outcome of one connect attempt.
 type connectResult struct {
-	cl      cluster.Cluster
-	version string
-	err     *failure
+	cl       cluster.Cluster
+	version  string
+	backends []fleetv1alpha1.Backend
+	err      *failure
 	// unreachable is true when the preflight failed: the member did not
 	// answer as it should, so a passing probe is worth an early retry.
 	unreachable bool
@@ -161,6 +162,9 @@ func (p *Provider) connect(name string, r *run) {
 		r.connectErr, r.attempts, r.nextAttempt = nil, 0, time.Time{}
 		// The preflight was a passing probe.
 		r.version, r.lastProbe, r.lastProbeOK = res.version, now, true
+		if res.backends != nil {
+			r.backends = res.backends
+		}
 		r.failingSince, r.probeErr = time.Time{}, nil
 	}
 	_, notify := m.refresh(now, p.opts.FailureGracePeriod)
@@ -244,7 +248,7 @@ func (p *Provider) dial(clusterCtx context.Context, stop context.CancelFunc, nam
 			message: fmt.Sprintf("the member's caches did not sync within %s", p.opts.ConnectTimeout),
 		}, unreachable: true}
 	}
-	return connectResult{cl: cl, version: pr.version}
+	return connectResult{cl: cl, version: pr.version, backends: pr.backends}
 }
 
 // lost records that the member's engaged (or pending) cluster died under us

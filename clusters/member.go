@@ -2,6 +2,7 @@ package clusters
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,6 +37,7 @@ type condition struct {
 type view struct {
 	joined, ready condition
 	version       string
+	backends      []fleetv1alpha1.Backend
 	engaged       bool
 	lastProbe     time.Time
 }
@@ -79,6 +81,7 @@ type run struct {
 	failingSince time.Time
 	probeErr     *failure
 	version      string
+	backends     []fleetv1alpha1.Backend
 }
 
 // computeView derives the member's conditions from its state at now.
@@ -92,7 +95,7 @@ func (m *member) computeView(now time.Time, grace time.Duration) view {
 	var v view
 	r := m.run
 	if r != nil {
-		v.version, v.lastProbe, v.engaged = r.version, r.lastProbe, r.cl != nil
+		v.version, v.lastProbe, v.engaged, v.backends = r.version, r.lastProbe, r.cl != nil, r.backends
 	}
 	switch {
 	case m.problem != nil:
@@ -123,9 +126,10 @@ func (m *member) computeView(now time.Time, grace time.Duration) view {
 func (m *member) refresh(now time.Time, grace time.Duration) (statusChanged, notify bool) {
 	v := m.computeView(now, grace)
 	old := m.view
-	statusChanged = v.joined != old.joined || v.ready != old.ready || v.version != old.version
+	backendsChanged := !slices.Equal(v.backends, old.backends)
+	statusChanged = v.joined != old.joined || v.ready != old.ready || v.version != old.version || backendsChanged
 	wasReady, isReady := old.ready.status == metav1.ConditionTrue, v.ready.status == metav1.ConditionTrue
-	notify = v.engaged != old.engaged || wasReady != isReady
+	notify = v.engaged != old.engaged || wasReady != isReady || backendsChanged
 	since := m.health.Since
 	if since.IsZero() || wasReady != isReady {
 		since = now
@@ -138,6 +142,7 @@ func (m *member) refresh(now time.Time, grace time.Duration) (statusChanged, not
 		Message:   v.ready.message,
 		Since:     since,
 		LastProbe: v.lastProbe,
+		Backends:  v.backends,
 	}
 	return statusChanged, notify
 }

@@ -25,6 +25,8 @@ const maxMessageLength = 1024
 type probeResult struct {
 	version string
 	err     *failure
+	// backends the member offers; nil when discovery did not tell.
+	backends []fleetv1alpha1.Backend
 }
 
 // probe asks the member's /readyz and /version within timeout.
@@ -47,7 +49,8 @@ func probe(ctx context.Context, rc rest.Interface, timeout time.Duration) probeR
 	if err := json.Unmarshal(body, &info); err != nil {
 		return probeResult{err: &failure{reason: fleetv1alpha1.ReasonNotReady, message: truncate("decoding /version: " + err.Error())}}
 	}
-	return probeResult{version: info.GitVersion}
+	backends, _ := discoverBackends(ctx, rc)
+	return probeResult{version: info.GitVersion, backends: backends}
 }
 
 // preflightAPI asks for /api, which unlike /readyz and /version needs an
@@ -152,6 +155,9 @@ func (p *Provider) recordProbe(name string, r *run, res probeResult) {
 	if res.err == nil {
 		if res.version != "" {
 			r.version = res.version
+		}
+		if res.backends != nil {
+			r.backends = res.backends
 		}
 		if !r.lastProbeOK && r.cl == nil && !r.connecting && r.connectErr != nil {
 			r.nextAttempt, retry = now, true

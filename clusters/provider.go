@@ -18,6 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 )
 
 // Defaults for Options.
@@ -100,6 +102,9 @@ type Health struct {
 	Since time.Time
 	// LastProbe is when the member was last probed.
 	LastProbe time.Time
+	// Backends the member offers (sorted), as its probes discovered them;
+	// nil until a probe has told. Subscribers hear of changes.
+	Backends []fleetv1alpha1.Backend
 }
 
 var (

@@ -3,6 +3,7 @@ package clusters
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -34,6 +35,11 @@ func setStatus(mc *fleetv1alpha1.MemberCluster, v view) bool {
 			Message:            c.message,
 			ObservedGeneration: mc.Generation,
 		}) || changed
+	}
+	// Backends change only when the member's APIs do.
+	if v.backends != nil && !slices.Equal(v.backends, mc.Status.Backends) {
+		mc.Status.Backends = slices.Clone(v.backends)
+		changed = true
 	}
 	// An unreachable member keeps the last version it reported.
 	if v.version != "" && v.version != mc.Status.KubernetesVersion {

@@ -15,6 +15,16 @@
 # FLEET_KWOKCTL_ARGS (optional) are extra flags for every `kwokctl create
 # cluster`, split on spaces (the e2e suite turns kwok's node leases off so a
 # member it stops and starts has its simulated nodes managed again at once).
+#
+# Every member gets CloudNativePG's CRDs (the version pinned in
+# test/tools/cnpg, from the Go module cache) and kwok Stages that play the
+# CloudNativePG operator (hack/kwok/cnpg-stages.yaml): a Cluster reports
+# healthy with all its instances ready. Members run kwok with
+# --enable-crds=Stage, so the Stages are applied after the CRDs (a Stage
+# naming a kind the API server does not serve stops kwok), together with
+# kwok's default node and pod stages (Stage objects replace the defaults).
+# A member created by an earlier version of this script, without the Stage
+# CRD, is recreated.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,14 +44,25 @@ bin() {
 	KUBECTL="$BIN/kubectl"
 }
 
+# moddir prints the module cache folder of a module pinned in test/tools/<tool>.
+moddir() {
+	(cd "$root/test/tools/$1" && GOFLAGS=-mod=mod go mod download -json "$2") |
+		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
+}
+
 create() {
-	local c=$1 kc audit=() extra=()
+	local c=$1 kc audit=() extra=() crds=()
 	kc=$(kubeconfig "$c")
 	if [ -n "${FLEET_AUDIT_POLICY:-}" ]; then audit=(--kube-audit-policy "$FLEET_AUDIT_POLICY"); fi
 	if [ -n "${FLEET_KWOKCTL_ARGS:-}" ]; then read -r -a extra <<<"$FLEET_KWOKCTL_ARGS"; fi
+	if [ "$c" != hub ]; then crds=(--enable-crds=Stage); fi
 	if [ -s "$kc" ] && "$KUBECTL" --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1; then
-		echo "fleet: $c is up" >&2
-		return
+		if [ "$c" = hub ] || "$KUBECTL" --kubeconfig "$kc" get crd stages.kwok.x-k8s.io >/dev/null 2>&1; then
+			echo "fleet: $c is up" >&2
+			return
+		fi
+		echo "fleet: $c predates the CloudNativePG stages: recreating it" >&2
+		"$KWOKCTL" delete cluster --name "$(cluster_name "$c")" --kubeconfig "$kc" >&2
 	fi
 	if "$KWOKCTL" get clusters 2>/dev/null | grep -x -- "$(cluster_name "$c")" >/dev/null; then
 		echo "fleet: starting $c" >&2
@@ -53,7 +74,7 @@ create() {
 			--kube-controller-manager-binary="$BIN/kube-controller-manager" \
 			--kube-scheduler-binary="$BIN/kube-scheduler" --kwok-controller-binary="$BIN/kwok" \
 			--extra-args kube-controller-manager=enable-hostpath-provisioner=true \
-			${audit[@]+"${audit[@]}"} ${extra[@]+"${extra[@]}"} \
+			${crds[@]+"${crds[@]}"} ${audit[@]+"${audit[@]}"} ${extra[@]+"${extra[@]}"} \
 			--kubeconfig "$kc" --wait 120s >&2
 	fi
 	"$KWOKCTL" get kubeconfig --name "$(cluster_name "$c")" >"$kc.tmp" && mv "$kc.tmp" "$kc"
@@ -75,6 +96,26 @@ provisioner: kubernetes.io/host-path
 reclaimPolicy: Delete
 volumeBindingMode: Immediate
 YAML
+}
+
+# cnpg installs CloudNativePG's CRDs in a member, then the kwok Stages: kwok's
+# defaults (node-initialize, the node heartbeat matching the lease setting,
+# pod-ready, pod-complete, pod-delete) and hack/kwok/cnpg-stages.yaml.
+cnpg() {
+	local c=$1 kc cnpgdir kwokdir heartbeat=heartbeat-with-lease/node-heartbeat-with-lease.yaml
+	kc=$(kubeconfig "$c")
+	cnpgdir=$(moddir cnpg github.com/cloudnative-pg/cloudnative-pg)
+	kwokdir=$(moddir kwok sigs.k8s.io/kwok)/kustomize/stage
+	case " ${FLEET_KWOKCTL_ARGS:-} " in
+	*" --node-lease-duration-seconds=0 "*) heartbeat=heartbeat/node-heartbeat.yaml ;;
+	esac
+	# Server-side: the Cluster CRD is too large for client-side apply's annotation.
+	"$KUBECTL" --kubeconfig "$kc" apply --server-side --force-conflicts -f "$cnpgdir/config/crd/bases" >/dev/null
+	"$KUBECTL" --kubeconfig "$kc" wait --for=condition=Established crd/clusters.postgresql.cnpg.io --timeout=60s >/dev/null
+	"$KUBECTL" --kubeconfig "$kc" apply \
+		-f "$kwokdir/node/fast/node-initialize.yaml" -f "$kwokdir/node/$heartbeat" \
+		-f "$kwokdir/pod/fast/pod-ready.yaml" -f "$kwokdir/pod/fast/pod-complete.yaml" -f "$kwokdir/pod/fast/pod-delete.yaml" \
+		-f "$root/hack/kwok/cnpg-stages.yaml" >/dev/null
 }
 
 register() {
@@ -101,6 +142,7 @@ up() {
 	local i=0
 	for c in $(members); do
 		create "$c"
+		cnpg "$c"
 		prepare_member "$c"
 	done
 	local hub

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -105,6 +106,7 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 	}
 	return runPhases(ctx, s,
 		r.reconcileCredentials,
+		r.reconcileBackend,
 		r.reconcilePlacement,
 		r.reconcileDroppedMembers,
 		r.reconcileRollout,
@@ -146,6 +148,15 @@ func (r *databaseReconciler) reconcileProtected(ctx context.Context, s *database
 	}
 	return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonProtectedNamespace, fmt.Errorf(
 		"namespace %q is protected: fleetdb does not manage Databases in it; create the Database in an application namespace", s.db.Namespace))
+}
+
+// reconcileBackend stalls a Database whose backend was changed after its
+// members started on another one: switching would start an empty database.
+func (r *databaseReconciler) reconcileBackend(_ context.Context, s *databaseScope) (ctrl.Result, error) {
+	if msg := backendChanged(s.db); msg != "" {
+		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonBackendChanged, errors.New(msg))
+	}
+	return ctrl.Result{}, nil
 }
 
 // writeStatus patches the status a phase computed, only when it changed: a

@@ -66,6 +66,7 @@ func (r *databaseReconciler) finalizerAndCredentials(ctx context.Context, db *fl
 func (r *databaseReconciler) addFinalizer(ctx context.Context, db *fleetv1alpha1.Database) error {
 	for attempt := 0; ; attempt++ {
 		patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		recordBackend(db)
 		controllerutil.AddFinalizer(db, fleetv1alpha1.TeardownFinalizer)
 		err := r.hub.Patch(ctx, db, patch)
 		if !apierrors.IsConflict(err) || attempt > 0 {

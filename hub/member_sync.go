@@ -47,6 +47,8 @@ type memberSyncReconciler struct {
 	// queue, where parked requests go back.
 	limiter *memberLimiter
 	self    *queueRef
+	// watches watches the CloudNativePG Clusters of members that run them.
+	watches *backendWatches
 }
 
 // Reconcile is the envelope of one member sync: the per-member slot, the
@@ -118,6 +120,13 @@ func (r *memberSyncReconciler) sync(ctx context.Context, cluster string, key typ
 		// The plan is stale; the Database controller is about to replace it.
 		return syncOutcome{}
 	}
+	if err := r.backendReady(ctx, cluster, cl, db); err != nil {
+		if member.IsBackendMissing(err) {
+			// Terminal until the member offers it (the registry wakes us) or the Database changes.
+			return finished(outcomeObserved, &memberResult{Status: backendMissingStatus(cluster, db.EffectiveBackend())})
+		}
+		return failedOutcome(errReasonObserve, err, r.failureResult(key, cluster, err))
+	}
 	outcome := outcomeObserved
 	var applied member.ApplyResult
 	if role == roleApply && db.Generation == p.generation {
@@ -147,7 +156,11 @@ func (r *memberSyncReconciler) teardown(ctx context.Context, c client.Client, cl
 		return out
 	}
 	r.memo.ForgetDatabase(cluster, key.Namespace, key.Name)
-	return finished(outcomeTornDown, &memberResult{Status: deletingStatus(cluster, "removed"), TornDown: true})
+	msg := "removed"
+	if p.policy == fleetv1alpha1.DeletionPolicyOrphan {
+		msg = "left running without fleetdb's labels (deletionPolicy Orphan): the workload is no longer managed"
+	}
+	return finished(outcomeTornDown, &memberResult{Status: deletingStatus(cluster, msg), TornDown: true})
 }
 
 // applyFailed: an object fleetdb does not own blocks the member (terminal

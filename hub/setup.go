@@ -96,6 +96,7 @@ func (w *wiring) memberSyncController() error {
 		mgr: w.mgr, hub: local.GetClient(), hubLive: local.GetAPIReader(), provider: w.provider, state: w.state, memo: w.memo,
 		opts: w.opts, recorder: w.recorder, databases: w.dbQueue, tracer: telemetry.Tracer(),
 		limiter: newMemberLimiter(max(2, w.opts.MemberWorkers/4)), self: w.memberQueue,
+		watches: newBackendWatches(w.memberQueue),
 	}
 	b := mcbuilder.ControllerManagedBy(w.mgr).Named("member-sync")
 	memberOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(false), mcbuilder.WithEngageWithProviderClusters(true)}

@@ -135,6 +135,9 @@ func (s *sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 	for i := range cms.Items {
 		collect(found, cms.Items[i].Labels, cms.Items[i].Annotations)
 	}
+	if err := collectServices(ctx, cl.GetClient(), found); err != nil {
+		return 0, err
+	}
 
 	log := ctrl.LoggerFrom(ctx).WithValues("cluster", cluster)
 	for key, policy := range found {

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -251,7 +252,7 @@ func (it *item) check(cur client.Object, err error, dbNamespace, dbName string) 
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", ref(it.desired), err)
 	}
-	if !ownedBy(cur.GetLabels(), dbNamespace, dbName) {
+	if !ownedBy(cur.GetLabels(), dbNamespace, dbName) && !retainedCredentials(cur, it.desired) {
 		return &ConflictError{Kind: it.gvk.Kind, Namespace: cur.GetNamespace(), Name: cur.GetName()}
 	}
 	if cur.GetDeletionTimestamp() != nil {
@@ -384,6 +385,11 @@ func withoutTraceparent(annotations map[string]string) map[string]string {
 
 // newLike returns a new empty object of obj's Go type.
 func newLike(obj client.Object) client.Object {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		cur := &unstructured.Unstructured{}
+		cur.SetGroupVersionKind(u.GroupVersionKind())
+		return cur
+	}
 	return reflect.New(reflect.TypeOf(obj).Elem()).Interface().(client.Object)
 }
 

@@ -18,6 +18,7 @@ func internalObjects(t *testing.T, traceparent string) []*appsv1.StatefulSet {
 		ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "team-a", UID: "uid-1", Generation: 2},
 		Spec: fleetv1alpha1.DatabaseSpec{
 			Engine: fleetv1alpha1.EnginePostgres, Replicas: 2,
+			Backend: fleetv1alpha1.BackendStatefulSet,
 			Storage: fleetv1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
 		},
 	}

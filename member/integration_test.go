@@ -54,6 +54,7 @@ func newDatabase(namespace, name string, replicas int32) *fleetv1alpha1.Database
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, UID: types.UID(namespace + "-" + name + "-uid-1"), Generation: 1},
 		Spec: fleetv1alpha1.DatabaseSpec{
 			Engine:   fleetv1alpha1.EnginePostgres,
+			Backend:  fleetv1alpha1.BackendStatefulSet,
 			Replicas: replicas,
 			Storage:  fleetv1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
 		},

@@ -32,6 +32,10 @@ const maxMessage = 512
 func Observe(ctx context.Context, c client.Reader, db *fleetv1alpha1.Database, cluster string) (fleetv1alpha1.ClusterStatus, error) {
 	now := metav1.Now()
 	st := fleetv1alpha1.ClusterStatus{Name: cluster, Phase: fleetv1alpha1.ClusterPhasePending, LastSyncTime: &now}
+	if db.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG {
+		return observeCNPG(ctx, c, db, st)
+	}
+	st.Backend = fleetv1alpha1.BackendStatefulSet
 
 	sts := &appsv1.StatefulSet{}
 	err := c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name}, sts)

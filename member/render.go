@@ -46,7 +46,9 @@ func secretName(db string) string    { return db + "-credentials" }
 func configMapName(db string) string { return db + "-config" }
 func headlessName(db string) string  { return db + "-hl" }
 
-// Render returns the member objects of p.Database in apply order: Namespace,
+// Render returns the member objects of p.Database in apply order. For the
+// CloudNativePG backend (Database.EffectiveBackend) see renderCNPG; for the
+// StatefulSet backend: Namespace,
 // credentials Secret, ConfigMap, client Service, headless Service,
 // StatefulSet and, when more than one replica runs, a PodDisruptionBudget.
 // Every object has its TypeMeta set. Render is pure; its errors never carry
@@ -74,6 +76,9 @@ func Render(p Params) ([]client.Object, error) {
 	}
 
 	r := renderer{p: p, db: db, eng: eng, eff: effectiveFor(db, p.Cluster)}
+	if db.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG {
+		return r.renderCNPG(), nil
+	}
 	objs := []client.Object{
 		r.namespace(),
 		r.secret(),

@@ -27,6 +27,7 @@ func testDatabase(engine fleetv1alpha1.Engine, mutate ...func(*fleetv1alpha1.Dat
 		},
 		Spec: fleetv1alpha1.DatabaseSpec{
 			Engine:   engine,
+			Backend:  fleetv1alpha1.BackendStatefulSet,
 			Replicas: 3,
 			Storage:  fleetv1alpha1.StorageSpec{Size: resource.MustParse("10Gi"), StorageClassName: "fast"},
 			Placement: fleetv1alpha1.PlacementSpec{

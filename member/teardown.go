@@ -51,6 +51,14 @@ func Teardown(ctx context.Context, c client.Client, namespace, name string, poli
 		return false, fmt.Errorf("teardown %s/%s: unknown deletion policy %q", namespace, name, policy)
 	}
 
+	// A CloudNativePG Cluster goes (or is released) before what it uses.
+	if done, err := teardownCNPG(ctx, c, namespace, name, policy, memo); err != nil || !done {
+		if err != nil {
+			err = fmt.Errorf("teardown %s/%s: %w", namespace, name, err)
+		}
+		return false, err
+	}
+
 	// The workload goes first, on its own, so that its pods stop before what
 	// they use goes; then every other kind at once: two round trips per
 	// member, not one per object.

@@ -36,6 +36,12 @@ const (
 	// objects, so leftovers collected after the hub object is gone honour it.
 	AnnotationDeletionPolicy = "fleetdb.io/deletion-policy"
 
+	// AnnotationBackend is the hub's record, on the Database, of the backend
+	// its members run: written together with the teardown finalizer at the
+	// first placement, so that a later default never moves a running
+	// Database to another backend (see EffectiveBackend).
+	AnnotationBackend = "fleetdb.io/backend"
+
 	// FieldManager is the server-side apply field manager of every fleetdb write.
 	FieldManager = "fleetdb"
 )
@@ -95,6 +101,15 @@ const (
 	ReasonTeardown = "Teardown"
 	// ReasonWaitingForUnreachable: teardown waits for an unreachable member.
 	ReasonWaitingForUnreachable = "WaitingForUnreachableMember"
+
+	// ReasonBackendMissing: a member does not offer the Database's backend
+	// (e.g. CloudNativePG's CRDs are not installed there); terminal for that
+	// member until the member offers it (the hub's probes notice) or the
+	// Database changes.
+	ReasonBackendMissing = "BackendMissing"
+	// ReasonBackendChanged: spec.backend names another backend than the one
+	// the members run; fleetdb does not move data between backends.
+	ReasonBackendChanged = "BackendChanged"
 
 	// ReasonJoined: the hub built a client for the member.
 	ReasonJoined = "Joined"
@@ -156,6 +171,45 @@ func (d *Database) EffectiveUnreachableTimeout() time.Duration {
 		return t.Duration
 	}
 	return DefaultUnreachableTimeout
+}
+
+// EffectiveBackend is the backend the members run:
+//
+//   - the one the hub recorded in AnnotationBackend at the first placement;
+//   - else (the annotation was removed by hand) the one the members report
+//     in status.clusters;
+//   - else, for a Database that already carries the teardown finalizer (it
+//     was placed by a fleetdb that had only the StatefulSet backend), StatefulSet:
+//     moving it would start an empty database;
+//   - else DesiredBackend.
+func (d *Database) EffectiveBackend() Backend {
+	switch b := Backend(d.Annotations[AnnotationBackend]); b {
+	case BackendCloudNativePG, BackendStatefulSet:
+		return b
+	}
+	for _, c := range d.Status.Clusters {
+		if c.Backend == BackendCloudNativePG || c.Backend == BackendStatefulSet {
+			return c.Backend
+		}
+	}
+	for _, f := range d.Finalizers {
+		if f == TeardownFinalizer {
+			return BackendStatefulSet
+		}
+	}
+	return d.DesiredBackend()
+}
+
+// DesiredBackend is spec.backend, or the engine's default: CloudNativePG for
+// postgres, StatefulSet for mysql.
+func (d *Database) DesiredBackend() Backend {
+	if d.Spec.Backend != "" {
+		return d.Spec.Backend
+	}
+	if d.Spec.Engine == EngineMySQL {
+		return BackendStatefulSet
+	}
+	return BackendCloudNativePG
 }
 
 // EffectiveVersion is the engine version a Database runs: spec.version, or the engine's default.

@@ -16,6 +16,20 @@ const (
 	EngineMySQL    Engine = "mysql"
 )
 
+// Backend is how a Database runs in each member cluster.
+// +kubebuilder:validation:Enum=CloudNativePG;StatefulSet
+type Backend string
+
+// Backends.
+const (
+	// BackendCloudNativePG runs a CloudNativePG Cluster in each member: a
+	// primary and streaming standbys (postgres only; the default for postgres).
+	BackendCloudNativePG Backend = "CloudNativePG"
+	// BackendStatefulSet runs one database server per member in a StatefulSet
+	// (mysql, and postgres when asked for).
+	BackendStatefulSet Backend = "StatefulSet"
+)
+
 // DeletionPolicy says what happens to the member objects when a Database is deleted.
 // +kubebuilder:validation:Enum=Delete;Retain;Orphan
 type DeletionPolicy string
@@ -33,11 +47,24 @@ const (
 // DatabaseSpec is the desired state of a Database across the fleet.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.overrides) || self.overrides.all(o, o.clusterNames.all(n, self.overrides.exists_one(p, n in p.clusterNames)))",message="spec.overrides: a cluster name may appear in only one override"
+// +kubebuilder:validation:XValidation:rule="!((has(self.backend) && self.backend == 'StatefulSet') || self.engine == 'mysql') || ((!has(self.replicas) || self.replicas <= 1) && (!has(self.overrides) || self.overrides.all(o, !has(o.replicas) || o.replicas <= 1)))",message="the StatefulSet backend (and mysql, which runs on it) runs one independent instance per member: replicas (and override replicas) must be 1; for replicated postgres use backend CloudNativePG"
+// +kubebuilder:validation:XValidation:rule="self.engine != 'mysql' || !has(self.backend) || self.backend == 'StatefulSet'",message="spec.backend: mysql runs on the StatefulSet backend only"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.backend) || (has(self.backend) && self.backend == oldSelf.backend)",message="spec.backend is immutable once set (another backend would start an empty database)"
 type DatabaseSpec struct {
 	// Engine is the database engine. It cannot be changed after creation.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.engine is immutable"
 	Engine Engine `json:"engine"`
+
+	// Backend is how the Database runs in each member: CloudNativePG (a
+	// CloudNativePG Cluster with a primary and streaming standbys; postgres
+	// only) or StatefulSet (one independent server per member, so replicas
+	// must be 1). When empty the hub decides once, at the first placement, and
+	// records it in the fleetdb.io/backend annotation: CloudNativePG for
+	// postgres, StatefulSet for mysql, and StatefulSet for a Database that
+	// fleetdb placed before backends existed (see Database.EffectiveBackend).
+	// +optional
+	Backend Backend `json:"backend,omitempty"`
 
 	// Version is the engine version, such as "17" or "8.4". When empty the hub
 	// uses the engine's default (postgres 17, mysql 8.4).
@@ -238,10 +265,21 @@ type ClusterStatus struct {
 	Name string `json:"name"`
 	// Phase of the Database in this member.
 	Phase ClusterPhase `json:"phase"`
-	// Replicas the member's StatefulSet wants.
+	// Backend the member runs the Database on.
+	// +optional
+	Backend Backend `json:"backend,omitempty"`
+	// Reason is a machine-readable reason for a phase other than Ready, such as BackendMissing.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason,omitempty"`
+	// Replicas the member's StatefulSet (or CloudNativePG Cluster) wants.
 	// +optional
 	Replicas int32 `json:"replicas"`
-	// ReadyReplicas the member's StatefulSet reports.
+	// Primary is the instance CloudNativePG reports as the current primary.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Primary string `json:"primary,omitempty"`
+	// ReadyReplicas the member's StatefulSet (or CloudNativePG Cluster) reports.
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas"`
 	// Version of the engine running there.
@@ -269,6 +307,7 @@ type ClusterStatus struct {
 // +kubebuilder:resource:shortName=fdb;fdbs,categories=fleetdb
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 40",message="metadata.name must be a DNS-1035 label of at most 40 characters (it names Services and StatefulSets in the members)"
 // +kubebuilder:printcolumn:name="Engine",type=string,JSONPath=`.spec.engine`
+// +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.spec.backend`,priority=1
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.readySummary`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`

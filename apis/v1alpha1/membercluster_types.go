@@ -49,6 +49,13 @@ type MemberClusterStatus struct {
 	// KubernetesVersion the member's API server reports.
 	// +optional
 	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	// Backends are the Database backends the member offers, as the hub's
+	// probes discovered them (StatefulSet always; CloudNativePG when the
+	// member serves CloudNativePG's Cluster API).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	Backends []Backend `json:"backends,omitempty"`
 	// LastProbeTime is when the hub last probed the member.
 	// +optional
 	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
@@ -62,6 +69,7 @@ type MemberClusterStatus struct {
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63",message="metadata.name must be a DNS label of at most 63 characters"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.kubernetesVersion`
+// +kubebuilder:printcolumn:name="Backends",type=string,JSONPath=`.status.backends`,priority=1
 // +kubebuilder:printcolumn:name="Unschedulable",type=boolean,JSONPath=`.spec.unschedulable`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type MemberCluster struct {

@@ -239,6 +239,11 @@ func (in *MemberClusterStatus) DeepCopyInto(out *MemberClusterStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.Backends != nil {
+		in, out := &in.Backends, &out.Backends
+		*out = make([]Backend, len(*in))
+		copy(*out, *in)
+	}
 	if in.LastProbeTime != nil {
 		in, out := &in.LastProbeTime, &out.LastProbeTime
 		*out = (*in).DeepCopy()

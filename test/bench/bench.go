@@ -247,6 +247,9 @@ func (b *bench) startWatches(ctx context.Context) error {
 		if err := startInformer(ctx, c, b.scheme, &appsv1.StatefulSet{}, sel, w.observe); err != nil {
 			return fmt.Errorf("watching %s: %w", m, err)
 		}
+		if err := startInformer(ctx, c, b.scheme, member.NewCNPGCluster(), sel, w.observe); err != nil {
+			return fmt.Errorf("watching %s: %w", m, err)
+		}
 	}
 	b.hw = &hubWatch{dbs: map[string]*dbTrack{}}
 	hc := rest.CopyConfig(b.hubCfg)
@@ -436,7 +439,11 @@ func (b *bench) directDelete(ctx context.Context, name string, placement []strin
 			c := b.direct[m]
 			bg := client.PropagationPolicy(metav1.DeletePropagationBackground)
 			meta := func(n string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: n, Namespace: nsDirect} }
+			cluster := member.NewCNPGCluster()
+			cluster.SetNamespace(nsDirect)
+			cluster.SetName(name)
 			for _, o := range []client.Object{
+				cluster,
 				&appsv1.StatefulSet{ObjectMeta: meta(name)},
 				&policyv1.PodDisruptionBudget{ObjectMeta: meta(name)},
 				&corev1.Service{ObjectMeta: meta(name)},
@@ -472,7 +479,9 @@ func (b *bench) leftovers(ctx context.Context, ns string, names []string, placem
 	}
 	sel := client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*nsIs, *nameIn)}
 	lists := func() []client.ObjectList {
-		l := []client.ObjectList{&appsv1.StatefulSetList{}, &corev1.PersistentVolumeClaimList{}}
+		clusters := &unstructured.UnstructuredList{}
+		clusters.SetGroupVersionKind(member.CNPGClusterGVK.GroupVersion().WithKind("ClusterList"))
+		l := []client.ObjectList{clusters, &appsv1.StatefulSetList{}, &corev1.PersistentVolumeClaimList{}}
 		if all {
 			l = append(l, &corev1.ServiceList{}, &corev1.ConfigMapList{}, &corev1.SecretList{}, &policyv1.PodDisruptionBudgetList{})
 		}

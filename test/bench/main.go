@@ -50,7 +50,7 @@ func main() {
 	flag.IntVar(&cfg.members, "members", 5, "member clusters (1..20)")
 	flag.IntVar(&cfg.burst, "burst", 100, "Databases created at once in the burst")
 	flag.StringVar(&cfg.burstPlacement, "burst-placement", "spread",
-		"spread: burst Database i goes to member i mod N (M StatefulSets in all, SPEC 8's 'per member at once'); all: every burst Database on every member (M×N)")
+		"spread: burst Database i goes to member i mod N (M workloads in all, SPEC 8's 'per member at once'); all: every burst Database on every member (M×N)")
 	flag.IntVar(&cfg.burstWorkers, "burst-workers", 16, "goroutines creating (or applying) the burst")
 	flag.IntVar(&cfg.samples, "samples", 20, "Databases created, updated and deleted one at a time")
 	flag.DurationVar(&cfg.rest, "rest", 60*time.Second, "quiet interval of the fleet at rest in which writes are counted")

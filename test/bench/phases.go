@@ -122,10 +122,10 @@ func (b *bench) oneAtATime(ctx context.Context) error {
 	if _, err := b.endPhase(ctx, mk, k, time.Minute); err != nil {
 		return err
 	}
-	kf.prop = b.rep.latency("create → StatefulSet in member", fProp, dProp, "per member×Database; fleetdb from the create call's return, floor from the start of the apply")
-	kf.ready = b.rep.latency("create → Ready on the hub", fReady, dReady, "floor: direct apply → every member's StatefulSet Ready")
-	b.rep.latency("create → Ready in every member (member view)", fMemberReady, dReady, "fleetdb's StatefulSets as the members see them")
-	kf.lag = b.rep.latency("member Ready → hub Ready (hub lag)", lag, nil, "last member's StatefulSet Ready (bench watch) → Ready=True on the hub")
+	kf.prop = b.rep.latency("create → CloudNativePG Cluster in member", fProp, dProp, "per member×Database; fleetdb from the create call's return, floor from the start of the apply")
+	kf.ready = b.rep.latency("create → Ready on the hub", fReady, dReady, "floor: direct apply → every member's Cluster healthy (kwok Stages play CloudNativePG)")
+	b.rep.latency("create → Ready in every member (member view)", fMemberReady, dReady, "fleetdb's Clusters as the members see them")
+	kf.lag = b.rep.latency("member Ready → hub Ready (hub lag)", lag, nil, "last member's Cluster healthy (bench watch) → Ready=True on the hub")
 
 	// ---- update: replicas+1 ----
 	up := replicas + 1
@@ -177,7 +177,7 @@ func (b *bench) oneAtATime(ctx context.Context) error {
 	if _, err := b.endPhase(ctx, mk, k, time.Minute); err != nil {
 		return err
 	}
-	b.rep.latency("update → new spec in member", fuProp, duProp, "replicas 2→3 seen in the member's StatefulSet")
+	b.rep.latency("update → new spec in member", fuProp, duProp, "replicas 2→3 seen as the member's Cluster instances")
 	b.rep.latency("update → Ready on the new generation", fuReady, duReady, fmt.Sprintf("rollout.maxUnavailable=%d (all members at once, as the floor)", maxU))
 
 	// ---- delete ----
@@ -238,8 +238,8 @@ func (b *bench) oneAtATime(ctx context.Context) error {
 	if _, err := b.endPhase(ctx, mk, k, time.Minute); err != nil {
 		return err
 	}
-	b.rep.latency("delete → StatefulSet gone in member", fdGone, ddGone, "")
-	b.rep.latency("delete → nothing left in any member", fdAll, ddAll, "StatefulSets and volume claims listed every 100 ms on both sides")
+	b.rep.latency("delete → Cluster gone in member", fdGone, ddGone, "")
+	b.rep.latency("delete → nothing left in any member", fdAll, ddAll, "Clusters, StatefulSets and volume claims listed every 100 ms on both sides")
 	b.rep.latency("delete → Database gone on the hub", fdHub, ddAll, "finalizer released; floor: direct delete → nothing left")
 	return nil
 }
@@ -334,7 +334,7 @@ func (b *bench) burstPhase(ctx context.Context) error {
 	t0s := make([]time.Time, m)
 
 	// ---- the floor ----
-	logf("burst, direct: %d Databases (%d StatefulSets) applied by %d goroutines", m, pairs, w)
+	logf("burst, direct: %d Databases (%d Clusters) applied by %d goroutines", m, pairs, w)
 	start := time.Now()
 	if err := pool(ctx, m, w, func(i int) error {
 		t0s[i] = time.Now()
@@ -393,7 +393,7 @@ func (b *bench) burstPhase(ctx context.Context) error {
 	}
 
 	// ---- fleetdb ----
-	logf("burst, fleetdb: %d Databases (%d StatefulSets) created by %d goroutines", m, pairs, w)
+	logf("burst, fleetdb: %d Databases (%d Clusters) created by %d goroutines", m, pairs, w)
 	if err := b.settle(ctx, 3*time.Second, time.Minute); err != nil {
 		return err
 	}
@@ -442,11 +442,11 @@ func (b *bench) burstPhase(ctx context.Context) error {
 	heapAfter := heapMin(ctx, b.hub, 10, 3*time.Second)
 	procAfter, _ := readProc(b.hub.Pid())
 
-	label := fmt.Sprintf("burst of %d (%d StatefulSets, %s)", m, pairs, b.cfg.burstPlacement)
-	kf.burstProp = b.rep.latency(label+": create → StatefulSet in member", fProp, dProp, "each from its own create return / apply start")
+	label := fmt.Sprintf("burst of %d (%d Clusters, %s)", m, pairs, b.cfg.burstPlacement)
+	kf.burstProp = b.rep.latency(label+": create → Cluster in member", fProp, dProp, "each from its own create return / apply start")
 	b.rep.scalar(label+": all created on the hub", "ms", float64(createdAll.Milliseconds()), nil, fmt.Sprintf("%d goroutines", w))
-	b.rep.scalar(label+": → every StatefulSet in its member", "ms", fAllSeen, &dAllSeen, "wall from the first create")
-	kf.burstReady = b.rep.scalar(label+": → all Ready on the hub", "ms", fAllReady, &dAllReady, "floor: every member StatefulSet Ready after the direct apply")
+	b.rep.scalar(label+": → every Cluster in its member", "ms", fAllSeen, &dAllSeen, "wall from the first create")
+	kf.burstReady = b.rep.scalar(label+": → all Ready on the hub", "ms", fAllReady, &dAllReady, "floor: every member Cluster healthy after the direct apply")
 	b.rep.scalar(label+": → all Ready in the members (member view)", "ms", fMemberReadyLast.Sub(start).Seconds()*1000, &dAllReady, "")
 	b.rep.scalar("hub heap per Database", "KiB", (heapAfter-heapBefore)/float64(m)/1024, nil,
 		fmt.Sprintf("(heap after the burst settled − before) / %d; %.1f → %.1f MiB", m, heapBefore/(1<<20), heapAfter/(1<<20)))
@@ -516,7 +516,7 @@ func (b *bench) burstPhase(ctx context.Context) error {
 	if _, err := b.endPhase(ctx, mk, m, time.Minute); err != nil {
 		return err
 	}
-	b.rep.latency(label+": delete → StatefulSet gone in member", fDel, dDel, "")
+	b.rep.latency(label+": delete → Cluster gone in member", fDel, dDel, "")
 	b.rep.scalar(label+": delete → nothing left in any member", "ms", fGoneAt.Sub(start).Seconds()*1000, &dDelAll, "listed every 500 ms")
 	b.rep.scalar(label+": delete → every Database gone on the hub", "ms", hubGoneLast.Sub(start).Seconds()*1000, &dDelAll, "floor: direct delete → nothing left")
 	return nil

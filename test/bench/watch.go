@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -28,8 +29,10 @@ type stsTrack struct {
 	gone     time.Time
 }
 
-// memberWatch records the StatefulSets of one member (fleetdb's and the
-// baseline's) from a watch, timestamping each event as it arrives.
+// memberWatch records the workloads of one member (fleetdb's and the
+// baseline's) from a watch, timestamping each event as it arrives: the
+// CloudNativePG Clusters of the postgres Databases the bench creates (the
+// default backend; kwok Stages report them healthy) and StatefulSets.
 type memberWatch struct {
 	name string
 	mu   sync.Mutex
@@ -38,30 +41,50 @@ type memberWatch struct {
 
 func (w *memberWatch) observe(obj any, deleted bool) {
 	now := time.Now()
-	s, ok := eventObject[*appsv1.StatefulSet](obj)
+	o, ok := eventObject[client.Object](obj)
 	if !ok {
 		return
 	}
+	want, ready, ok := workloadState(o)
+	if !ok {
+		return
+	}
+	key := o.GetNamespace() + "/" + o.GetName()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	t := w.sts[s.Namespace+"/"+s.Name]
+	t := w.sts[key]
 	if t == nil {
 		t = &stsTrack{seen: now, replicas: map[int32]time.Time{}, ready: map[int32]time.Time{}}
-		w.sts[s.Namespace+"/"+s.Name] = t
+		w.sts[key] = t
 	}
 	if deleted {
 		t.gone = firstTime(t.gone, now)
 		return
 	}
-	want := int32(1)
-	if s.Spec.Replicas != nil {
-		want = *s.Spec.Replicas
-	}
 	t.replicas[want] = firstTime(t.replicas[want], now)
-	if s.Status.ObservedGeneration >= s.Generation && s.Status.ReadyReplicas == want &&
-		s.Status.Replicas == want && s.Status.UpdatedReplicas == want {
+	if ready {
 		t.ready[want] = firstTime(t.ready[want], now)
 	}
+}
+
+// workloadState is the replicas a StatefulSet or CloudNativePG Cluster wants
+// and whether all of them are ready on its current spec.
+func workloadState(obj any) (want int32, ready, ok bool) {
+	switch s := obj.(type) {
+	case *appsv1.StatefulSet:
+		want = 1
+		if s.Spec.Replicas != nil {
+			want = *s.Spec.Replicas
+		}
+		return want, s.Status.ObservedGeneration >= s.Generation && s.Status.ReadyReplicas == want &&
+			s.Status.Replicas == want && s.Status.UpdatedReplicas == want, true
+	case *unstructured.Unstructured:
+		n, _, _ := unstructured.NestedInt64(s.Object, "spec", "instances")
+		r, _, _ := unstructured.NestedInt64(s.Object, "status", "readyInstances")
+		phase, _, _ := unstructured.NestedString(s.Object, "status", "phase")
+		return int32(n), r == n && phase == "Cluster in healthy state", true
+	}
+	return 0, false, false
 }
 
 // eventObject is a watch event's object as a T, also for a deletion the

@@ -109,6 +109,11 @@ func TestValidation(t *testing.T) {
 		{"name not a DNS-1035 label", database(t, "1orders", `{}`), []string{"metadata.name", "DNS-1035"}},
 		{"name too long for member objects", database(t, "orders-"+strings.Repeat("x", 40), `{}`), []string{"metadata.name", "at most 40"}},
 		{"resources not quantities", database(t, "a30", `{resources: {requests: {cpu: "fast"}}}`), []string{"spec.resources.requests.cpu"}},
+		{"StatefulSet backend with replicas", database(t, "b1", `{backend: StatefulSet, replicas: 3}`), []string{"StatefulSet backend", "replicas", "CloudNativePG"}},
+		{"StatefulSet backend with override replicas", database(t, "b2", `{backend: StatefulSet, overrides: [{clusterNames: [eu-1], replicas: 2}]}`), []string{"StatefulSet backend", "CloudNativePG"}},
+		{"mysql with replicas", database(t, "b3", `{engine: mysql, replicas: 2}`), []string{"StatefulSet backend", "mysql", "CloudNativePG"}},
+		{"mysql on CloudNativePG", database(t, "b4", `{engine: mysql, backend: CloudNativePG}`), []string{"spec.backend", "mysql"}},
+		{"backend unknown", database(t, "b5", `{backend: Operator}`), []string{"spec.backend", "Unsupported value"}},
 		{"member without secret ref", memberCluster(t, "m1", `{}`), []string{"spec.kubeconfigSecretRef", "Required"}},
 		{"member secret ref without name", memberCluster(t, "m2", `{kubeconfigSecretRef: {namespace: fleetdb-system}}`), []string{"spec.kubeconfigSecretRef.name", "Required"}},
 		{"member secret ref without namespace", memberCluster(t, "m3", `{kubeconfigSecretRef: {name: m3}}`), []string{"spec.kubeconfigSecretRef.namespace", "Required"}},
@@ -137,6 +142,29 @@ func TestValidation(t *testing.T) {
 		g.Expect(err.Error()).To(And(ContainSubstring("spec.engine"), ContainSubstring("immutable")))
 	})
 
+	t.Run("backend is immutable once set", func(t *testing.T) {
+		g := NewWithT(t)
+		db := database(t, "settled", `{backend: CloudNativePG, replicas: 3}`)
+		g.Expect(hub.Create(ctx(t), db)).To(Succeed())
+		g.Expect(unstructured.SetNestedField(db.Object, "StatefulSet", "spec", "backend")).To(Succeed())
+		g.Expect(unstructured.SetNestedField(db.Object, int64(1), "spec", "replicas")).To(Succeed())
+		err := hub.Update(ctx(t), db)
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want Invalid, got %v", err)
+		g.Expect(err.Error()).To(And(ContainSubstring("spec.backend"), ContainSubstring("immutable")))
+		unstructured.RemoveNestedField(db.Object, "spec", "backend")
+		err = hub.Update(ctx(t), db)
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "removing it is a change too; got %v", err)
+	})
+
+	t.Run("postgres without a backend may run replicas (CloudNativePG by default)", func(t *testing.T) {
+		g := NewWithT(t)
+		g.Expect(hub.Create(ctx(t), database(t, "replicated", `{replicas: 3}`))).To(Succeed())
+		var db fleetv1alpha1.Database
+		g.Expect(hub.Get(ctx(t), client.ObjectKey{Namespace: "default", Name: "replicated"}, &db)).To(Succeed())
+		g.Expect(db.Spec.Backend).To(BeEmpty(), "no CRD default: the hub records the backend at the first placement")
+		g.Expect(db.EffectiveBackend()).To(Equal(fleetv1alpha1.BackendCloudNativePG))
+	})
+
 	t.Run("accepts a minimal Database and applies defaults", func(t *testing.T) {
 		g := NewWithT(t)
 		g.Expect(hub.Create(ctx(t), database(t, "minimal", `{}`))).To(Succeed())
@@ -153,8 +181,9 @@ func TestValidation(t *testing.T) {
 	t.Run("accepts a full Database", func(t *testing.T) {
 		g := NewWithT(t)
 		full := database(t, "orders", `
-engine: mysql
-version: "8.4"
+engine: postgres
+backend: CloudNativePG
+version: "16.4"
 replicas: 3
 storage: {size: 10Gi, storageClassName: fast}
 resources: {requests: {cpu: 500m, memory: 1Gi}, limits: {memory: 2Gi}}
@@ -175,7 +204,7 @@ teardown: {unreachableTimeout: 90s}
 		g.Expect(db.Spec.Replicas).To(BeEquivalentTo(3))
 		g.Expect(db.Spec.Overrides).To(HaveLen(2))
 		g.Expect(db.EffectiveUnreachableTimeout()).To(Equal(90 * time.Second))
-		g.Expect(db.EffectiveVersion()).To(Equal("8.4"))
+		g.Expect(db.EffectiveVersion()).To(Equal("16.4"))
 	})
 
 	t.Run("accepts a MemberCluster and defaults the key", func(t *testing.T) {

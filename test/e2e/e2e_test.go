@@ -450,6 +450,22 @@ func TestRetain(t *testing.T) {
 	RetainSpec(specContext(t), RetainInput{T: t, Fleet: suite.fleet})
 }
 
+func TestCNPGOverride(t *testing.T) {
+	CNPGOverrideSpec(specContext(t), CNPGInput{T: t, Fleet: suite.fleet})
+}
+
+func TestCNPGDelete(t *testing.T) {
+	CNPGDeleteSpec(specContext(t), CNPGInput{T: t, Fleet: suite.fleet})
+}
+
+func TestCNPGMissing(t *testing.T) {
+	in := CNPGInput{T: t, Fleet: suite.fleet, HubNamespace: *flagHubNamespace}
+	if suite.hub == nil {
+		in.HubServer = "https://kubernetes.default.svc" // the hub runs in the hub cluster
+	}
+	CNPGMissingSpec(specContext(t), in)
+}
+
 func TestUnreachable(t *testing.T) {
 	UnreachableSpec(specContext(t), UnreachableInput{T: t, Fleet: suite.fleet})
 }

@@ -372,6 +372,10 @@ type ExpectMemberWorkloadInput struct {
 // Bound claim of the requested size per replica, backed by a Bound volume.
 func ExpectMemberWorkload(ctx context.Context, in ExpectMemberWorkloadInput) {
 	in.T.Helper()
+	if in.DB.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG {
+		ExpectMemberCluster(ctx, in)
+		return
+	}
 	key := client.ObjectKeyFromObject(in.DB)
 	c := in.Member.Client
 	NewWithT(in.T).Eventually(func(g Gomega) {

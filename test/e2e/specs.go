@@ -74,11 +74,10 @@ func CreateReadySpec(ctx context.Context, in CreateReadyInput) {
 	// What the hub reports per member is what the member reports.
 	final := GetDatabase(ctx, g, f, key)
 	for _, m := range f.Members {
-		sts := &appsv1.StatefulSet{}
-		g.Expect(m.Client.Get(ctx, key, sts)).To(Succeed())
+		replicas, ready := MemberReplicas(ctx, g, m, final)
 		e := Entry(g, final, m.Name)
-		g.Expect(e.ReadyReplicas).To(Equal(sts.Status.ReadyReplicas), m.Name)
-		g.Expect(e.Replicas).To(Equal(*sts.Spec.Replicas), m.Name)
+		g.Expect(e.ReadyReplicas).To(Equal(ready), m.Name)
+		g.Expect(e.Replicas).To(Equal(replicas), m.Name)
 		g.Expect(e.Endpoint).To(Equal(fmt.Sprintf("%s.%s.svc:5432", key.Name, key.Namespace)), m.Name)
 	}
 
@@ -140,6 +139,9 @@ func ScaleSpec(ctx context.Context, in ScaleInput) {
 			ExpectMemberWorkload(ctx, ExpectMemberWorkloadInput{T: t, Fleet: f, Member: m, DB: ready, Replicas: replicas})
 		}
 		maxReplicas = max(maxReplicas, replicas)
+	}
+	if db.EffectiveBackend() != fleetv1alpha1.BackendStatefulSet {
+		return // CloudNativePG keeps its claims itself (none in the kwok fleet)
 	}
 	// Claims of replicas scaled away are kept.
 	for _, m := range f.Members {
@@ -206,8 +208,10 @@ func RolloutSpec(ctx context.Context, in RolloutInput) {
 	DumpOnFailure(t, f, ns)
 	members := f.MemberNames()
 
-	const replicas = 2
+	// The rollout does not depend on the backend; the watcher reads StatefulSets.
+	const replicas = 1
 	db := NewDatabase(ns, "rolled", replicas, members)
+	db.Spec.Backend = fleetv1alpha1.BackendStatefulSet
 	db.Spec.Version = from
 	db.Spec.Rollout.MaxUnavailable = maxUnavailable
 	g.Expect(f.Hub.Client.Create(ctx, db)).To(Succeed())
@@ -534,20 +538,21 @@ func DeleteSpec(ctx context.Context, in DeleteInput) {
 	DumpOnFailure(t, f, ns)
 	members := f.MemberNames()
 
-	db := NewDatabase(ns, "doomed", 2, members)
+	db := NewDatabase(ns, "doomed", 1, members)
+	db.Spec.Backend = fleetv1alpha1.BackendStatefulSet // claims and pods: see CNPGDeleteSpec for the CloudNativePG backend
 	db.Spec.DeletionPolicy = fleetv1alpha1.DeletionPolicyDelete
 	g.Expect(f.Hub.Client.Create(ctx, db)).To(Succeed())
 	key := client.ObjectKeyFromObject(db)
-	ready := WaitForDatabaseReady(ctx, WaitForDatabaseReadyInput{T: t, Fleet: f, Key: key, Members: members, Replicas: 2})
+	ready := WaitForDatabaseReady(ctx, WaitForDatabaseReadyInput{T: t, Fleet: f, Key: key, Members: members, Replicas: 1})
 	volumes := map[string][]string{}
 	for _, m := range f.Members {
-		ExpectMemberWorkload(ctx, ExpectMemberWorkloadInput{T: t, Fleet: f, Member: m, DB: ready, Replicas: 2})
+		ExpectMemberWorkload(ctx, ExpectMemberWorkloadInput{T: t, Fleet: f, Member: m, DB: ready, Replicas: 1})
 		var pvcs corev1.PersistentVolumeClaimList
 		g.Expect(m.Client.List(ctx, &pvcs, client.InNamespace(ns), OwnedSelector(key))).To(Succeed())
 		for _, p := range pvcs.Items {
 			volumes[m.Name] = append(volumes[m.Name], p.Spec.VolumeName)
 		}
-		g.Expect(volumes[m.Name]).To(HaveLen(2), m.Name)
+		g.Expect(volumes[m.Name]).To(HaveLen(1), m.Name)
 	}
 
 	DeleteDatabaseAndWait(ctx, DeleteDatabaseAndWaitInput{T: t, Fleet: f, Key: key})
@@ -594,17 +599,18 @@ func RetainSpec(ctx context.Context, in RetainInput) {
 	DumpOnFailure(t, f, ns)
 	members := f.MemberNames()
 
-	db := NewDatabase(ns, "precious", 2, members)
+	db := NewDatabase(ns, "precious", 1, members)
+	db.Spec.Backend = fleetv1alpha1.BackendStatefulSet // claims and pods: see CNPGDeleteSpec for the CloudNativePG backend
 	db.Spec.DeletionPolicy = fleetv1alpha1.DeletionPolicyRetain
 	g.Expect(f.Hub.Client.Create(ctx, db)).To(Succeed())
 	key := client.ObjectKeyFromObject(db)
-	ready := WaitForDatabaseReady(ctx, WaitForDatabaseReadyInput{T: t, Fleet: f, Key: key, Members: members, Replicas: 2})
+	ready := WaitForDatabaseReady(ctx, WaitForDatabaseReadyInput{T: t, Fleet: f, Key: key, Members: members, Replicas: 1})
 	secretKey := types.NamespacedName{Namespace: ns, Name: key.Name + "-credentials"}
 	kept := map[string]map[string]types.UID{} // member → object → UID
 	for _, m := range f.Members {
-		ExpectMemberWorkload(ctx, ExpectMemberWorkloadInput{T: t, Fleet: f, Member: m, DB: ready, Replicas: 2})
+		ExpectMemberWorkload(ctx, ExpectMemberWorkloadInput{T: t, Fleet: f, Member: m, DB: ready, Replicas: 1})
 		kept[m.Name] = map[string]types.UID{}
-		for i := range 2 {
+		for i := range 1 {
 			pvc := &corev1.PersistentVolumeClaim{}
 			name := fmt.Sprintf("data-%s-%d", key.Name, i)
 			g.Expect(m.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pvc)).To(Succeed())
@@ -633,7 +639,7 @@ func RetainSpec(ctx context.Context, in RetainInput) {
 			err := m.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, o)
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s in %s: %v", name, m.Name, err)
 		}
-		for i := range 2 {
+		for i := range 1 {
 			name := fmt.Sprintf("data-%s-%d", key.Name, i)
 			pvc := &corev1.PersistentVolumeClaim{}
 			g.Expect(m.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pvc)).To(Succeed(), "claim %s in %s", name, m.Name)

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -101,6 +102,10 @@ type Options struct {
 	// AssetsDir holds kube-apiserver, etcd and kubectl; default from
 	// KUBEBUILDER_ASSETS or the pinned toolchain.
 	AssetsDir string
+	// WithoutCNPG are members that do not get CloudNativePG's Cluster CRD
+	// (every other member does, from the module pinned in test/tools/cnpg,
+	// so the API server validates every Cluster fleetdb writes).
+	WithoutCNPG []string
 }
 
 // Start starts a hub (with fleetdb's CRDs) and the members in parallel, and
@@ -128,9 +133,13 @@ func Start(t testing.TB, opts Options) *Fleet {
 		mu   sync.Mutex
 		errs []error
 	)
-	start := func(name string, crds bool, put func(*ControlPlane)) {
+	cnpgCRD, err := CNPGClusterCRD()
+	if err != nil {
+		t.Fatalf("fleet: %v", err)
+	}
+	start := func(name string, crds []string, put func(*ControlPlane)) {
 		defer wg.Done()
-		cp, err := StartControlPlane(name, assets, crds)
+		cp, err := StartControlPlaneWith(name, assets, crds)
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -141,9 +150,13 @@ func Start(t testing.TB, opts Options) *Fleet {
 		}
 	}
 	wg.Add(1 + len(opts.Members))
-	go start("hub", true, func(cp *ControlPlane) { f.Hub = cp })
+	go start("hub", []string{filepath.Join(RepoRoot(), "deploy", "crds")}, func(cp *ControlPlane) { f.Hub = cp })
 	for i, name := range opts.Members {
-		go start(name, false, func(cp *ControlPlane) { f.Members[i] = cp })
+		crds := []string{cnpgCRD}
+		if slices.Contains(opts.WithoutCNPG, name) {
+			crds = nil
+		}
+		go start(name, crds, func(cp *ControlPlane) { f.Members[i] = cp })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -154,6 +167,16 @@ func Start(t testing.TB, opts Options) *Fleet {
 
 // StartControlPlane starts one kube-apiserver with etcd; with crds it installs fleetdb's CRDs.
 func StartControlPlane(name, assets string, crds bool) (*ControlPlane, error) {
+	var paths []string
+	if crds {
+		paths = []string{filepath.Join(RepoRoot(), "deploy", "crds")}
+	}
+	return StartControlPlaneWith(name, assets, paths)
+}
+
+// StartControlPlaneWith starts one kube-apiserver with etcd and installs the
+// CRDs of crdPaths (folders or files).
+func StartControlPlaneWith(name, assets string, crdPaths []string) (*ControlPlane, error) {
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
 		Scheme:                Scheme,
@@ -162,9 +185,7 @@ func StartControlPlane(name, assets string, crds bool) (*ControlPlane, error) {
 		ControlPlaneStartTimeout: 3 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
 	}
-	if crds {
-		env.CRDDirectoryPaths = []string{filepath.Join(RepoRoot(), "deploy", "crds")}
-	}
+	env.CRDDirectoryPaths = crdPaths
 	cfg, err := env.Start()
 	if err != nil {
 		_ = env.Stop()

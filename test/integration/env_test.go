@@ -7,6 +7,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -23,6 +24,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,6 +34,7 @@ import (
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
 	"github.com/fleetdb/fleetdb/hub"
+	"github.com/fleetdb/fleetdb/member"
 	"github.com/fleetdb/fleetdb/test/fleet"
 )
 
@@ -51,22 +55,20 @@ type env struct {
 	ctx     context.Context
 }
 
-// envOptions tune startEnvWith; the zero value is startEnv's fleet.
+// envOptions tune startEnvWith.
 type envOptions struct {
 	// metricsAddr is the hub's metrics endpoint; "" disables it.
 	metricsAddr string
 	// logs, when set, receives the hub's logs as JSON lines (controller-runtime's
 	// global logger is set once per process, so the hub gets its own).
 	logs io.Writer
-}
-
-func startEnv(t *testing.T, members ...string) *env {
-	return startEnvWith(t, envOptions{}, members...)
+	// withoutCNPG are members without CloudNativePG's CRDs.
+	withoutCNPG []string
 }
 
 func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(logWriter{})))
-	f := fleet.Start(t, fleet.Options{Members: members})
+	f := fleet.Start(t, fleet.Options{Members: members, WithoutCNPG: opts.withoutCNPG})
 	e := &env{t: t, fleet: f, hub: f.Hub.Client, proxies: map[string]*fleet.Proxy{}, writes: &fleet.WriteCounter{}, ctx: fleet.Context(t)}
 	g := NewWithT(t)
 	g.Expect(e.hub.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hubNS}})).To(Succeed())
@@ -161,13 +163,15 @@ func (e *env) getDB(ns, name string) *fleetv1alpha1.Database {
 	return &db
 }
 
-// newDB is a postgres Database with 2 replicas placed on the named members.
+// newDB is a postgres Database on the StatefulSet backend (one instance)
+// placed on the named members.
 func newDB(ns, name string, members ...string) *fleetv1alpha1.Database {
 	return &fleetv1alpha1.Database{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: fleetv1alpha1.DatabaseSpec{
 			Engine:    fleetv1alpha1.EnginePostgres,
-			Replicas:  2,
+			Backend:   fleetv1alpha1.BackendStatefulSet,
+			Replicas:  1,
 			Storage:   fleetv1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
 			Placement: fleetv1alpha1.PlacementSpec{ClusterNames: members},
 		},
@@ -223,6 +227,7 @@ func (s *simulator) run(ctx context.Context) {
 					markReady(cctx, m.Client, &list.Items[i])
 				}
 			}
+			markClustersReady(ctx, m.Client)
 			cancel()
 		}
 		s.passes.Add(1)
@@ -285,4 +290,61 @@ func (logWriter) Write(p []byte) (int, error) {
 		return os.Stderr.Write(p)
 	}
 	return len(p), nil
+}
+
+// newCNPGDB is a postgres Database on the CloudNativePG backend (the
+// default) with 2 instances placed on the named members.
+func newCNPGDB(ns, name string, members ...string) *fleetv1alpha1.Database {
+	db := newDB(ns, name, members...)
+	db.Spec.Backend, db.Spec.Replicas = "", 2
+	return db
+}
+
+// cpuRequest is a resources spec asking for cpu.
+func cpuRequest(cpu string) *fleetv1alpha1.ResourceSpec {
+	return &fleetv1alpha1.ResourceSpec{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}
+}
+
+// clusterInstances reads spec.instances of the CloudNativePG Cluster in a member (-1 when it is missing).
+func clusterInstances(e *env, m, ns, name string) int64 {
+	u := member.NewCNPGCluster()
+	if err := e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
+		return -1
+	}
+	n, _, _ := unstructured.NestedInt64(u.Object, "spec", "instances")
+	return n
+}
+
+// markClustersReady plays the CloudNativePG operator's status reports for
+// the Clusters fleetdb wrote (like the local fleet's kwok Stages): healthy
+// with every instance ready, and hibernated once asked to. It writes nothing
+// when that is already so; a member without the CRD has nothing to mark.
+func markClustersReady(ctx context.Context, c client.Client) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(member.CNPGClusterGVK.GroupVersion().WithKind("ClusterList"))
+	if err := c.List(ctx, list, client.MatchingLabels{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue}); err != nil {
+		return
+	}
+	for i := range list.Items {
+		u := &list.Items[i]
+		n, _, _ := unstructured.NestedInt64(u.Object, "spec", "instances")
+		ready, _, _ := unstructured.NestedInt64(u.Object, "status", "readyInstances")
+		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+		conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		hibernating := u.GetAnnotations()["cnpg.io/hibernation"] == "on"
+		if phase == "Cluster in healthy state" && ready == n && (!hibernating || len(conditions) == 2) {
+			continue
+		}
+		conds := []any{map[string]any{"type": "Ready", "status": "True", "reason": "ClusterIsReady",
+			"message": "Cluster is Ready", "lastTransitionTime": "2026-11-30T00:00:00Z"}}
+		if hibernating {
+			conds = append(conds, map[string]any{"type": "cnpg.io/hibernation", "status": "True", "reason": "Hibernated",
+				"message": "Cluster has been hibernated", "lastTransitionTime": "2026-11-30T00:00:00Z"})
+		}
+		patch, _ := json.Marshal(map[string]any{"status": map[string]any{
+			"phase": "Cluster in healthy state", "instances": n, "readyInstances": n,
+			"currentPrimary": u.GetName() + "-1", "targetPrimary": u.GetName() + "-1", "conditions": conds,
+		}})
+		_ = c.Status().Patch(ctx, u, client.RawPatch(types.MergePatchType, patch))
+	}
 }

@@ -24,7 +24,7 @@ import (
 // TestHub runs the hub core's behaviours (SPEC 4.1–4.6) on one fleet of a
 // hub and three members; each subtest uses its own namespace.
 func TestHub(t *testing.T) {
-	e := startEnv(t, "m1", "m2", "m3")
+	e := startEnvWith(t, envOptions{withoutCNPG: []string{"m3"}}, "m1", "m2", "m3")
 	for _, m := range []string{"m1", "m2", "m3"} {
 		e.sim.enable(m, true)
 	}
@@ -43,6 +43,8 @@ func TestHub(t *testing.T) {
 	t.Run("delete removes everything per deletionPolicy", func(t *testing.T) { testDelete(t, e) })
 	t.Run("a bad kubeconfig does not disturb the fleet", func(t *testing.T) { testBadMember(t, e) })
 	t.Run("delete with an unreachable member", func(t *testing.T) { testDeleteUnreachable(t, e) })
+	t.Run("the CloudNativePG backend: Ready, a member without it, Delete, Retain and create again", func(t *testing.T) { testCNPG(t, e) })
+	t.Run("a Database from before backends stays on the StatefulSet backend", func(t *testing.T) { testLegacyBackend(t, e) })
 }
 
 func testCreate(t *testing.T, e *env) {
@@ -79,13 +81,13 @@ func testCreate(t *testing.T, e *env) {
 		g.Eventually(func(g Gomega) {
 			var sts appsv1.StatefulSet
 			g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "orders"}, &sts)).To(Succeed())
-			g.Expect(*sts.Spec.Replicas).To(BeEquivalentTo(2))
+			g.Expect(*sts.Spec.Replicas).To(BeEquivalentTo(1))
 			g.Expect(sts.Labels).To(HaveKeyWithValue(fleetv1alpha1.LabelManagedBy, fleetv1alpha1.ManagedByValue))
 			g.Expect(sts.Labels).To(HaveKeyWithValue(fleetv1alpha1.LabelDatabaseName, "orders"))
 			g.Expect(sts.Labels).To(HaveKeyWithValue(fleetv1alpha1.LabelDatabaseUID, string(e.getDB(ns, "orders").UID)))
 			g.Expect(sts.Spec.Template.Spec.Containers[0].Image).To(ContainSubstring("postgres:17"))
 			g.Expect(sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage().String()).To(Equal("1Gi"))
-			for _, obj := range []client.Object{&corev1.Service{}, &corev1.ConfigMap{}, &corev1.Secret{}, &policyv1.PodDisruptionBudget{}} {
+			for _, obj := range []client.Object{&corev1.Service{}, &corev1.ConfigMap{}, &corev1.Secret{}} {
 				var list client.ObjectList
 				switch obj.(type) {
 				case *corev1.Service:
@@ -129,7 +131,8 @@ func testCreate(t *testing.T, e *env) {
 		g.Expect(db.Status.Clusters).To(HaveLen(2))
 		for _, c := range db.Status.Clusters {
 			g.Expect(c.Phase).To(Equal(fleetv1alpha1.ClusterPhaseReady))
-			g.Expect(c.ReadyReplicas).To(BeEquivalentTo(2))
+			g.Expect(c.ReadyReplicas).To(BeEquivalentTo(1))
+			g.Expect(c.Backend).To(Equal(fleetv1alpha1.BackendStatefulSet))
 			g.Expect(c.ObservedGeneration).To(Equal(db.Generation))
 			g.Expect(c.Endpoint).To(Equal("orders." + ns + ".svc:5432"))
 		}
@@ -195,7 +198,7 @@ func testReadiness(t *testing.T, e *env) {
 
 	// A spec change: Ready turns False until the members run the new generation.
 	db := e.getDB(ns, "pay")
-	db.Spec.Replicas = 3
+	db.Spec.Resources = cpuRequest("300m")
 	e.sim.enable("m1", false)
 	e.sim.enable("m3", false)
 	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
@@ -211,7 +214,6 @@ func testReadiness(t *testing.T, e *env) {
 		g.Expect(condition(db.Status.Conditions, fleetv1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
 		for _, c := range db.Status.Clusters {
 			g.Expect(c.ObservedGeneration).To(Equal(db.Generation))
-			g.Expect(c.Replicas).To(BeEquivalentTo(3))
 		}
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
@@ -219,25 +221,16 @@ func testReadiness(t *testing.T, e *env) {
 func testOverrides(t *testing.T, e *env) {
 	g := NewWithT(t)
 	ns := e.namespace("overrides")
-	db := newDB(ns, "inventory", "m1", "m2")
+	db := newCNPGDB(ns, "inventory", "m1", "m2")
 	db.Spec.Replicas = 3
 	db.Spec.Overrides = []fleetv1alpha1.OverrideSpec{{ClusterNames: []string{"m2"}, Replicas: ptr.To[int32](1)}}
 	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
-	want := map[string]int32{"m1": 3, "m2": 1}
+	want := map[string]int64{"m1": 3, "m2": 1}
 	for m, n := range want {
 		g.Eventually(func(g Gomega) {
-			var sts appsv1.StatefulSet
-			g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "inventory"}, &sts)).To(Succeed())
-			g.Expect(*sts.Spec.Replicas).To(Equal(n), "replicas in %s", m)
+			g.Expect(clusterInstances(e, m, ns, "inventory")).To(Equal(n), "instances in %s", m)
 		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	}
-	// One replica: no PodDisruptionBudget there; three: one.
-	g.Eventually(func(g Gomega) {
-		var pdb policyv1.PodDisruptionBudget
-		g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "inventory"}, &pdb)).To(Succeed())
-		err := e.member("m2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "inventory"}, &pdb)
-		g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	g.Eventually(func(g Gomega) {
 		db := e.getDB(ns, "inventory")
 		g.Expect(clusterEntry(db, "m2").Replicas).To(BeEquivalentTo(1))
@@ -362,7 +355,7 @@ func testDrift(t *testing.T, e *env) {
 	g.Eventually(func(g Gomega) {
 		var now appsv1.StatefulSet
 		g.Expect(e.member("m1").Get(e.ctx, key, &now)).To(Succeed())
-		g.Expect(*now.Spec.Replicas).To(BeEquivalentTo(2))
+		g.Expect(*now.Spec.Replicas).To(BeEquivalentTo(1))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
 	// Deleted by hand: recreated.
@@ -473,10 +466,10 @@ func testChangeCost(t *testing.T, e *env) {
 	}
 	e.settle(g)
 
-	// Replicas 2 -> 3 changes the StatefulSet alone.
+	// A resources change changes the StatefulSet alone.
 	e.writes.Reset()
 	db := e.getDB(ns, "ledger")
-	db.Spec.Replicas = 3
+	db.Spec.Resources = cpuRequest("300m")
 	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		db := e.getDB(ns, "ledger")
@@ -493,7 +486,7 @@ func testChangeCost(t *testing.T, e *env) {
 	g.Expect(memberWrites).To(ConsistOf(
 		"m1: PATCH /apis/apps/v1/namespaces/cost/statefulsets/ledger",
 		"m2: PATCH /apis/apps/v1/namespaces/cost/statefulsets/ledger",
-	), "member writes of a replicas change")
+	), "member writes of a resources change")
 
 	// Delete: every object is deleted once, the finalizer goes in one request.
 	e.writes.Reset()
@@ -691,7 +684,7 @@ func testCredentialsRecovered(t *testing.T, e *env) {
 	// Someone deletes the hub copy, then the spec changes.
 	g.Expect(e.hub.Delete(e.ctx, &original)).To(Succeed())
 	db := e.getDB(ns, "keys")
-	db.Spec.Replicas = 3
+	db.Spec.Resources = cpuRequest("300m")
 	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
 
 	g.Eventually(func(g Gomega) {

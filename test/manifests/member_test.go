@@ -35,6 +35,7 @@ var resourceVerbs = map[string][]string{
 	"persistentvolumeclaims":      manage,
 	"apps/statefulsets":           manage,
 	"policy/poddisruptionbudgets": manage,
+	"postgresql.cnpg.io/clusters": manage,
 }
 
 var manage = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
@@ -51,6 +52,7 @@ var kindResources = map[string]string{
 	"PersistentVolumeClaim": "persistentvolumeclaims",
 	"StatefulSet":           "apps/statefulsets",
 	"PodDisruptionBudget":   "policy/poddisruptionbudgets",
+	"Cluster":               "postgresql.cnpg.io/clusters",
 }
 
 func groupResource(key string) (group, res string) {
@@ -138,11 +140,15 @@ func TestMemberBase(t *testing.T) {
 	t.Run("covers member.Render", func(t *testing.T) {
 		g := NewWithT(t)
 		role := mustFind[*rbacv1.ClusterRole](t, objs, "", agentName)
-		for _, engine := range []fleetv1alpha1.Engine{fleetv1alpha1.EnginePostgres, fleetv1alpha1.EngineMySQL} {
+		for _, engine := range []fleetv1alpha1.Engine{fleetv1alpha1.EnginePostgres, fleetv1alpha1.EngineMySQL, "postgres-on-statefulset"} {
+			backend := fleetv1alpha1.Backend("")
+			if engine == "postgres-on-statefulset" {
+				engine, backend = fleetv1alpha1.EnginePostgres, fleetv1alpha1.BackendStatefulSet
+			}
 			db := &fleetv1alpha1.Database{
 				ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "orders", UID: types.UID("0f3c1a52-2b1e-4c55-9a43-8d1b7c3e9f10"), Generation: 1},
 				Spec: fleetv1alpha1.DatabaseSpec{
-					Engine: engine, Replicas: 3, Storage: fleetv1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
+					Engine: engine, Backend: backend, Replicas: 3, Storage: fleetv1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
 					Placement: fleetv1alpha1.PlacementSpec{ClusterNames: []string{"member-1"}},
 				},
 			}
@@ -159,8 +165,16 @@ func TestMemberBase(t *testing.T) {
 					// Their PVCs are listed, patched (Orphan) and deleted on teardown.
 					kinds = append(kinds, "PersistentVolumeClaim")
 				}
+				if o.GetObjectKind().GroupVersionKind() == member.CNPGClusterGVK {
+					// Its PVCs lose their owner references on a Retain teardown.
+					kinds = append(kinds, "PersistentVolumeClaim")
+				}
 			}
-			g.Expect(kinds).To(ContainElements("StatefulSet", "PodDisruptionBudget", "PersistentVolumeClaim"))
+			if db.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG {
+				g.Expect(kinds).To(ContainElements("Cluster", "Service", "Secret"))
+			} else {
+				g.Expect(kinds).To(ContainElements("StatefulSet", "PodDisruptionBudget", "PersistentVolumeClaim"))
+			}
 			for _, kind := range kinds {
 				key, ok := kindResources[kind]
 				g.Expect(ok).To(BeTrue(), "the hub writes %s into members: grant it in deploy/member/cluster_role.yaml and list it in this test", kind)

@@ -38,7 +38,7 @@ func main() {
 	flag.IntVar(&cfg.Options.DatabaseWorkers, "database-workers", hub.DefaultDatabaseWorkers, "concurrent Database reconciles")
 	flag.IntVar(&cfg.Options.MemberWorkers, "member-workers", hub.DefaultMemberWorkers, "concurrent member syncs")
 	flag.DurationVar(&cfg.Options.MemberCallTimeout, "member-call-timeout", hub.DefaultMemberCallTimeout, "deadline of one member sync")
-	flag.StringVar(&cfg.Options.ImageRepository, "image-repository", "", "repository prefix for engine images (air-gapped fleets), e.g. registry.local/library")
+	flag.StringVar(&cfg.Options.ImageRepository, "image-repository", "", "repository prefix for engine images (air-gapped fleets), e.g. registry.local/library: <prefix>/postgres|mysql:<version> on the StatefulSet backend, <prefix>/postgresql:<major> on CloudNativePG")
 	flag.DurationVar(&cfg.Registry.ProbeInterval, "probe-interval", clusters.DefaultProbeInterval, "how often members are probed")
 	flag.DurationVar(&cfg.Registry.FailureGracePeriod, "probe-grace-period", clusters.DefaultFailureGracePeriod, "how long a member may fail probes before it is not Ready")
 	flag.DurationVar(&cfg.Registry.ConnectTimeout, "connect-timeout", clusters.DefaultConnectTimeout, "deadline of connecting to a member (cache sync included)")
