@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -51,6 +50,8 @@ type databaseReconciler struct {
 	now func() time.Time
 	// tracer starts the Database.Reconcile spans; nil when tracing is off.
 	tracer trace.Tracer
+	// tombstones record the members whose teardown was skipped.
+	tombstones *tombstones
 }
 
 // Reconcile implements the hub's reconcile contract: read, validate, act, status.
@@ -100,8 +101,17 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 	if err != nil {
 		var foreign errForeignCredentials
 		var lost errLostCredentials
-		if errors.As(err, &foreign) || errors.As(err, &lost) {
-			if werr := r.writeStatus(ctx, db, stalledStatus(db, fleetv1alpha1.ReasonInvalidSpec, err.Error())); werr != nil {
+		var waiting errWaitingForCredentials
+		reason := fleetv1alpha1.ReasonInvalidSpec
+		switch {
+		case errors.As(err, &waiting):
+			return ctrl.Result{RequeueAfter: credentialsWaitRetry},
+				r.writeStatus(ctx, db, waitingStatus(db, fleetv1alpha1.ReasonWaitingForCredentials, err.Error()))
+		case errors.As(err, &lost):
+			reason = fleetv1alpha1.ReasonCredentialsLost
+			fallthrough
+		case errors.As(err, &foreign):
+			if werr := r.writeStatus(ctx, db, stalledStatus(db, reason, err.Error())); werr != nil {
 				return ctrl.Result{}, werr
 			}
 			return ctrl.Result{}, reconcile.TerminalError(err)
@@ -113,8 +123,19 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 	if err := r.hub.List(ctx, &members); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing member clusters: %w", err)
 	}
+	admitted, denied, err := r.admitMembers(ctx, db, members.Items)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(denied) > 0 {
+		msg := notAllowedMessage(db, denied)
+		if werr := r.writeStatus(ctx, db, stalledStatus(db, fleetv1alpha1.ReasonNamespaceNotAllowed, msg)); werr != nil {
+			return ctrl.Result{}, werr
+		}
+		return ctrl.Result{}, reconcile.TerminalError(errors.New(msg))
+	}
 	results := r.state.resultsFor(key)
-	placed, err := resolvePlacement(db, members.Items, currentMembers(db))
+	placed, err := resolvePlacement(db, admitted, currentMembers(db))
 	if err != nil {
 		msg := err.Error()
 		if werr := r.writeStatus(ctx, db, stalledStatus(db, fleetv1alpha1.ReasonInvalidSpec, msg)); werr != nil {
@@ -136,6 +157,9 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 			teardown[name] = true
 		}
 	}
+	// A member that left the registry is not torn down (it cannot be): it
+	// moves to status.leftBehind.
+	left := r.membersLeftRegistry(ctx, db, teardown, results)
 	// A dropped member whose teardown is done, or that stayed unreachable past
 	// the timeout, leaves the status (leftovers are collected on reconnect).
 	var requeue time.Duration
@@ -158,7 +182,7 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 	p := &plan{
 		uid:         db.UID,
 		generation:  db.Generation,
-		policy:      db.Spec.DeletionPolicy,
+		policy:      teardownPolicy(db), // spec.teardown.onPlacementRemoval
 		allowed:     allowed,
 		targets:     targets,
 		teardown:    teardown,
@@ -175,6 +199,7 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		unreachable: r.unreachable,
 		now:         r.now(),
 	})
+	st.LeftBehind = leftBehindStatus(db, left, targets, r.now())
 	r.memberEvents(db, st)
 	if err := r.writeStatus(ctx, db, st); err != nil {
 		return ctrl.Result{}, err
@@ -227,7 +252,7 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, db *fleetv1alp
 		return ctrl.Result{}, nil
 	}
 
-	r.fanOut(ctx, key, &plan{uid: db.UID, generation: db.Generation, policy: db.Spec.DeletionPolicy, teardown: pending})
+	r.fanOut(ctx, key, &plan{uid: db.UID, generation: db.Generation, policy: teardownPolicy(db), teardown: pending})
 	st := computeStatus(statusInput{
 		db:          db,
 		teardown:    sortedKeys(pending),
@@ -245,7 +270,7 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, db *fleetv1alp
 // ensures the hub credentials Secret, both at once; it returns the credentials.
 func (r *databaseReconciler) finalizerAndCredentials(ctx context.Context, db *fleetv1alpha1.Database) (map[string][]byte, error) {
 	ensure := func(db *fleetv1alpha1.Database) (map[string][]byte, error) {
-		return ensureCredentials(ctx, r.hub, r.live, db, func() map[string][]byte { return r.credentialsFromMembers(ctx, db) })
+		return ensureCredentials(ctx, r.hub, r.live, db, func() (map[string][]byte, error) { return r.credentialsFromMembers(ctx, db) })
 	}
 	if controllerutil.ContainsFinalizer(db, fleetv1alpha1.TeardownFinalizer) {
 		return ensure(db)
@@ -313,6 +338,7 @@ func (r *databaseReconciler) teardownSettled(ctx context.Context, db *fleetv1alp
 	h := r.provider.Health(name)
 	if !h.Engaged && !r.registered(ctx, name) {
 		// The member left the registry: there is nothing left to reach.
+		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonMemberRemoved, "Teardown", "%s", leftBehindMessage(db, name))
 		return true, 0
 	}
 	down, _ := r.unreachable(name)
@@ -327,33 +353,15 @@ func (r *databaseReconciler) teardownSettled(ctx context.Context, db *fleetv1alp
 	if left := timeout - r.now().Sub(start); left > 0 {
 		return false, left
 	}
+	// The hub's own record of what to collect on reconnect, and how (the
+	// sweep trusts nothing read back from the member).
+	if err := r.tombstones.record(ctx, db, name, teardownPolicy(db)); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "recording a tombstone; teardown of the member keeps blocking", "cluster", name)
+		return false, teardownPoll
+	}
 	r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "TeardownSkipped", "Teardown",
 		"member %s unreachable for longer than %s: no longer blocking; its leftovers are removed when it reconnects", name, timeout)
 	return true, 0
-}
-
-// credentialsFromMembers reads the credentials a member holds for the
-// Database (the same in every member), for a hub Secret that was lost.
-func (r *databaseReconciler) credentialsFromMembers(ctx context.Context, db *fleetv1alpha1.Database) map[string][]byte {
-	for _, c := range db.Status.Clusters {
-		cl, err := r.provider.Get(ctx, multicluster.ClusterName(c.Name))
-		if err != nil {
-			continue
-		}
-		var s corev1.Secret
-		if err := cl.GetClient().Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: credentialsName(db)}, &s); err != nil {
-			continue
-		}
-		l := s.Labels
-		if l[fleetv1alpha1.LabelDatabaseNamespace] != db.Namespace || l[fleetv1alpha1.LabelDatabaseName] != db.Name ||
-			len(s.Data["username"]) == 0 || len(s.Data["password"]) == 0 {
-			continue
-		}
-		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "CredentialsRecovered", "Credentials",
-			"the hub credentials Secret was missing; restored it from member %s", c.Name)
-		return map[string][]byte{"username": s.Data["username"], "password": s.Data["password"]}
-	}
-	return nil
 }
 
 // memberEvents records an Event for every member-level transition worth a

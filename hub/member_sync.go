@@ -103,7 +103,11 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 	c := cl.GetClient()
 
 	if role == roleTeardown {
-		done, err := member.Teardown(ctx, c, key.Namespace, key.Name, p.policy, r.memo)
+		done, err := member.Teardown(ctx, c, r.owner(key, p), p.policy, r.memo)
+		if r.recordForbidden(key, cluster, err, fleetv1alpha1.ClusterPhaseDeleting) {
+			tel.failed(errReasonTeardown, err)
+			return ctrl.Result{RequeueAfter: forbiddenRecheck}, nil
+		}
 		if err != nil {
 			tel.failed(errReasonTeardown, err)
 			r.record(key, cluster, &memberResult{Status: deletingStatus(cluster, "teardown failed, retrying: "+err.Error())})
@@ -149,6 +153,9 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 				return ctrl.Result{}, nil
 			}
 			tel.failed(errReasonApply, err)
+			if r.recordForbidden(key, cluster, err, fleetv1alpha1.ClusterPhaseDegraded) {
+				return ctrl.Result{RequeueAfter: forbiddenRecheck}, nil
+			}
 			r.recordFailure(key, cluster, err)
 			return ctrl.Result{}, err
 		}
@@ -158,6 +165,9 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 	st, err := member.Observe(ctx, c, db, cluster)
 	if err != nil {
 		tel.failed(errReasonObserve, err)
+		if r.recordForbidden(key, cluster, err, fleetv1alpha1.ClusterPhaseDegraded) {
+			return ctrl.Result{RequeueAfter: forbiddenRecheck}, nil
+		}
 		r.recordFailure(key, cluster, err)
 		return ctrl.Result{}, err
 	}
@@ -193,6 +203,7 @@ func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c 
 	if err != nil {
 		return member.ApplyResult{}, fmt.Errorf("rendering: %w", err)
 	}
+	member.StampHub(objs, r.opts.HubID)
 	res, err := member.Apply(ctx, cluster, c, live, objs, r.memo)
 	countRestored(cluster, res.Restored)
 	if err != nil {

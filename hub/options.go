@@ -47,6 +47,10 @@ type Options struct {
 	DatabaseWorkers, MemberWorkers int
 	// ImageRepository overrides the engines' image repository (air-gapped fleets).
 	ImageRepository string
+	// HubID is the hub identity stamped on every member object (LabelHubID).
+	// Empty: NewManager reads it from, or generates it into, the
+	// HubIdentityConfigMap of the hub namespace. Tests set it to run two hubs.
+	HubID string
 }
 
 func (o Options) withDefaults() Options {

@@ -128,9 +128,10 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 	dbQueue, memberQueue := newQueueRef(), newQueueRef()
 	recorder := local.GetEventRecorder("fleetdb-hub")
 
+	tombs := &tombstones{c: local.GetClient(), live: local.GetAPIReader(), namespace: opts.HubNamespace}
 	dbr := &databaseReconciler{
 		hub: local.GetClient(), live: local.GetAPIReader(), provider: provider, state: st,
-		opts: opts, recorder: recorder, members: memberQueue, now: time.Now, tracer: hubTracer(),
+		opts: opts, recorder: recorder, members: memberQueue, now: time.Now, tracer: hubTracer(), tombstones: tombs,
 	}
 	// multicluster-runtime's builder does not take this from the manager's options.
 	skipNames := local.GetControllerOptions().SkipNameValidation
@@ -141,6 +142,8 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 		Watches(&fleetv1alpha1.MemberCluster{},
 			mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](allDatabases(local.GetClient())),
 			mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)).
+		Watches(&corev1.Namespace{},
+			mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](databasesIn(local.GetClient())), hubOnly...).
 		WatchesRawSource(captureQueue(dbQueue)).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
 			MaxConcurrentReconciles: opts.DatabaseWorkers,
@@ -158,6 +161,7 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 		opts: opts, recorder: recorder, databases: dbQueue, tracer: hubTracer(),
 		limiter: newMemberLimiter(max(2, opts.MemberWorkers/4)), self: memberQueue,
 	}
+	msr.limiter.budget = max(1, opts.MemberWorkers/2)
 	b := mcbuilder.ControllerManagedBy(mgr).Named("member-sync")
 	memberOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(false), mcbuilder.WithEngageWithProviderClusters(true)}
 	for _, obj := range memberKinds() {
@@ -181,7 +185,8 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 
 	fleetGauges.use(&fleetSource{hub: local.GetClient(), state: st, provider: provider})
 
-	sw := &sweeper{mgr: mgr, hub: local.GetClient(), state: st, provider: provider, timeout: opts.MemberCallTimeout, memo: msr.memo}
+	sw := &sweeper{mgr: mgr, hub: local.GetClient(), state: st, provider: provider, timeout: opts.MemberCallTimeout, memo: msr.memo,
+		hubID: opts.HubID, tombstones: tombs}
 	return local.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		return watchRegistry(ctx, provider, st, dbQueue, memberQueue, sw)
 	}))

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -28,14 +29,27 @@ const (
 // sweeper collects leftovers in a member that (re)connected: objects of
 // Databases that are gone, or no longer placed there, whose teardown could
 // not run while the member was unreachable (SPEC 4.5). It finds them by
-// label, so it needs no memory of what happened before a hub restart.
+// label, and touches only objects that carry this hub's identity and whose
+// Database this hub knows to be gone or no longer placed there: gone means a
+// tombstone the hub recorded when it skipped the teardown, and the policy is
+// the one recorded then. Nothing read back from a member (a policy
+// annotation, an owner) decides what is deleted; objects of another hub, and
+// objects written before hub identities, are never swept.
 type sweeper struct {
-	mgr      mcmanager.Manager
-	hub      client.Client
-	state    *state
-	provider *clusters.Provider
-	memo     *member.Memo
-	timeout  time.Duration
+	mgr        mcmanager.Manager
+	hub        client.Client
+	state      *state
+	provider   *clusters.Provider
+	memo       *member.Memo
+	timeout    time.Duration
+	hubID      string
+	tombstones *tombstones
+}
+
+// leftover is one Database's objects found in a member.
+type leftover struct {
+	key types.NamespacedName
+	uid types.UID
 }
 
 func (s *sweeper) sweep(ctx context.Context, cluster string) {
@@ -66,71 +80,106 @@ func (s *sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 	if err != nil {
 		return 0, err
 	}
-	found := map[types.NamespacedName]fleetv1alpha1.DeletionPolicy{}
+	found := map[leftover]bool{}
 	var sts appsv1.StatefulSetList
 	if err := cl.GetClient().List(ctx, &sts); err != nil {
 		return 0, err
 	}
 	for i := range sts.Items {
-		collect(found, sts.Items[i].Labels, sts.Items[i].Annotations)
+		s.collect(found, sts.Items[i].Labels)
 	}
 	var cms corev1.ConfigMapList
 	if err := cl.GetClient().List(ctx, &cms); err != nil {
 		return 0, err
 	}
 	for i := range cms.Items {
-		collect(found, cms.Items[i].Labels, cms.Items[i].Annotations)
+		s.collect(found, cms.Items[i].Labels)
+	}
+	if len(found) == 0 {
+		return 0, nil
+	}
+	stones, err := s.tombstones.all(ctx)
+	if err != nil {
+		return 0, err
 	}
 
 	log := ctrl.LoggerFrom(ctx).WithValues("cluster", cluster)
-	for key, policy := range found {
-		var db fleetv1alpha1.Database
-		err := s.hub.Get(ctx, key, &db)
-		switch {
-		case apierrors.IsNotFound(err):
-			// Gone from the hub: collect with the policy recorded on the objects.
-		case err != nil:
+	for lo := range found {
+		policy, tomb, decided, err := s.decide(ctx, cluster, lo, stones)
+		if err != nil {
 			return unsure, err
-		default:
-			p := s.state.plan(key)
-			if p == nil || p.uid != db.UID {
-				unsure++
-				continue
-			}
-			if p.role(cluster) != roleNone {
-				continue // a member sync owns it
-			}
-			policy = db.Spec.DeletionPolicy
 		}
-		done, err := member.Teardown(ctx, cl.GetClient(), key.Namespace, key.Name, policy, s.memo)
+		if !decided {
+			unsure++
+			continue
+		}
+		if policy == "" {
+			continue // placed here, or not known to be gone: kept
+		}
+		owner := member.Owner{Namespace: lo.key.Namespace, Name: lo.key.Name, UID: lo.uid, HubID: s.hubID}
+		done, err := member.Teardown(ctx, cl.GetClient(), owner, policy, s.memo)
 		if err != nil {
 			return unsure, err
 		}
 		if !done {
 			unsure++
+			continue
 		}
-		s.memo.ForgetDatabase(cluster, key.Namespace, key.Name)
-		log.Info("collected leftovers of a Database no longer placed here", "database", key.String(), "policy", policy, "done", done)
+		s.memo.ForgetDatabase(cluster, lo.key.Namespace, lo.key.Name)
+		if tomb {
+			if err := s.tombstones.swept(ctx, lo.uid, cluster); err != nil {
+				return unsure, err
+			}
+		}
+		log.Info("collected leftovers of a Database no longer placed here", "database", lo.key.String(), "policy", policy)
 	}
 	return unsure, nil
 }
 
-func collect(found map[types.NamespacedName]fleetv1alpha1.DeletionPolicy, l, a map[string]string) {
-	if l[fleetv1alpha1.LabelManagedBy] != fleetv1alpha1.ManagedByValue {
+// decide returns the policy to collect a leftover with, "" to keep it;
+// tomb tells that it came from a tombstone; decided is false while the
+// Database controller has not planned an existing Database yet.
+func (s *sweeper) decide(ctx context.Context, cluster string, lo leftover, stones map[types.UID]tombstone) (
+	policy fleetv1alpha1.DeletionPolicy, tomb, decided bool, err error) {
+	ts, ok := stones[lo.uid]
+	tomb = ok && ts.Namespace == lo.key.Namespace && ts.Name == lo.key.Name && slices.Contains(ts.Members, cluster)
+	var db fleetv1alpha1.Database
+	err = s.hub.Get(ctx, lo.key, &db)
+	switch {
+	case apierrors.IsNotFound(err):
+		if tomb {
+			return ts.Policy, true, true, nil
+		}
+		return "", false, true, nil // not known to be gone (a hub restored from backup): keep
+	case err != nil:
+		return "", false, false, err
+	}
+	p := s.state.plan(lo.key)
+	if p == nil || p.uid != db.UID {
+		return "", false, false, nil
+	}
+	switch {
+	case p.role(cluster) != roleNone:
+		return "", false, true, nil // a member sync owns it
+	case db.UID == lo.uid:
+		return db.PlacementRemovalDeletionPolicy(), tomb, true, nil // dropped while the member was away
+	case tomb:
+		return ts.Policy, true, true, nil
+	}
+	return "", false, true, nil
+}
+
+// collect notes the Database of a member object this hub wrote.
+func (s *sweeper) collect(found map[leftover]bool, l map[string]string) {
+	if l[fleetv1alpha1.LabelManagedBy] != fleetv1alpha1.ManagedByValue || l[fleetv1alpha1.LabelHubID] != s.hubID || s.hubID == "" {
 		return
 	}
-	key := types.NamespacedName{Namespace: l[fleetv1alpha1.LabelDatabaseNamespace], Name: l[fleetv1alpha1.LabelDatabaseName]}
-	if key.Namespace == "" || key.Name == "" {
+	lo := leftover{
+		key: types.NamespacedName{Namespace: l[fleetv1alpha1.LabelDatabaseNamespace], Name: l[fleetv1alpha1.LabelDatabaseName]},
+		uid: types.UID(l[fleetv1alpha1.LabelDatabaseUID]),
+	}
+	if lo.key.Namespace == "" || lo.key.Name == "" || lo.uid == "" {
 		return
 	}
-	policy := fleetv1alpha1.DeletionPolicy(a[fleetv1alpha1.AnnotationDeletionPolicy])
-	switch policy {
-	case fleetv1alpha1.DeletionPolicyDelete, fleetv1alpha1.DeletionPolicyRetain, fleetv1alpha1.DeletionPolicyOrphan:
-	default:
-		// Objects written before the annotation existed: keep the data.
-		policy = fleetv1alpha1.DeletionPolicyRetain
-	}
-	if prev, ok := found[key]; !ok || prev == fleetv1alpha1.DeletionPolicyDelete {
-		found[key] = policy
-	}
+	found[lo] = true
 }

@@ -184,7 +184,7 @@ func (e *env) register(name string, kubeconfig []byte, labels map[string]string)
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: fleetv1alpha1.MemberClusterSpec{KubeconfigSecretRef: fleetv1alpha1.SecretKeyRef{
 			Namespace: hubNS, Name: name + "-kubeconfig", Key: "kubeconfig",
-		}},
+		}, NamespaceSelector: &metav1.LabelSelector{}}, // every test namespace may use it
 	})).To(Succeed())
 }
 
