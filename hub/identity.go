@@ -16,7 +16,9 @@ import (
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 )
 
-// +kubebuilder:rbac:groups="",namespace=fleetdb-system,resources=configmaps,verbs=get;create;update
+// The hub reads and writes its identity and tombstone ConfigMaps in the hub
+// namespace only: deploy/rbac/leader_election_role.yaml grants that (a
+// hand-written Role, like the leader election's).
 
 // identityTimeout bounds reading or creating the hub identity at start.
 const identityTimeout = 30 * time.Second
