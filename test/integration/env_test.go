@@ -38,17 +38,31 @@ const (
 	eventually = 60 * time.Second
 	poll       = 200 * time.Millisecond
 	hubNS      = "fleetdb-system"
+	// memberCallTimeout is the hubs' member call timeout in these tests.
+	memberCallTimeout = 5 * time.Second
 )
 
 // writeCounter counts write requests (anything but GET, LIST, WATCH) per target.
+// It also makes the writes to the targets set with hang block until their
+// request's deadline: members whose writes hang while reads and probes pass.
 type writeCounter struct {
 	mu     sync.Mutex
 	counts map[string]int
 	log    map[string][]string
+	hung   map[string]bool
+	// hanging counts the write requests blocked now.
+	hanging atomic.Int64
 }
 
 func newWriteCounter() *writeCounter {
-	return &writeCounter{counts: map[string]int{}, log: map[string][]string{}}
+	return &writeCounter{counts: map[string]int{}, log: map[string][]string{}, hung: map[string]bool{}}
+}
+
+// hang makes the target's writes block until their deadline (on), or not.
+func (w *writeCounter) hang(target string, on bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.hung[target] = on
 }
 
 func (w *writeCounter) wrap(target string, rt http.RoundTripper) http.RoundTripper {
@@ -57,7 +71,14 @@ func (w *writeCounter) wrap(target string, rt http.RoundTripper) http.RoundTripp
 			w.mu.Lock()
 			w.counts[target]++
 			w.log[target] = append(w.log[target], req.Method+" "+req.URL.Path)
+			hung := w.hung[target]
 			w.mu.Unlock()
+			if hung {
+				w.hanging.Add(1)
+				defer w.hanging.Add(-1)
+				<-req.Context().Done()
+				return nil, req.Context().Err()
+			}
 		}
 		return rt.RoundTrip(req)
 	})
@@ -135,7 +156,7 @@ func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 		Hub: hubCfg,
 		Options: hub.Options{
 			HubNamespace:      hubNS,
-			MemberCallTimeout: 5 * time.Second,
+			MemberCallTimeout: memberCallTimeout,
 		},
 		Registry: clusters.Options{
 			ProbeInterval:      500 * time.Millisecond,
@@ -175,7 +196,16 @@ func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 
 // register writes a member's kubeconfig Secret and MemberCluster on the hub.
 func (e *env) register(name string, kubeconfig []byte, labels map[string]string) {
-	g := NewWithT(e.t)
+	registerOn(e.t, e.ctx, e.hub, name, kubeconfig, labels)
+}
+
+// registerOn writes a member's kubeconfig Secret and MemberCluster on a hub.
+func registerOn(t *testing.T, ctx context.Context, hubClient client.Client, name string, kubeconfig []byte, labels map[string]string) {
+	g := NewWithT(t)
+	e := struct {
+		ctx context.Context
+		hub client.Client
+	}{ctx, hubClient}
 	g.Expect(e.hub.Create(e.ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: hubNS, Name: name + "-kubeconfig"},
 		Data:       map[string][]byte{"kubeconfig": kubeconfig},
