@@ -30,9 +30,10 @@ const (
 // Databases that are gone, or no longer placed there, whose teardown could
 // not run while the member was unreachable (SPEC 4.5). It finds them by
 // label, and touches only objects that carry this hub's identity and whose
-// Database this hub knows to be gone or no longer placed there: gone means a
-// tombstone the hub recorded when it skipped the teardown, and the policy is
-// the one recorded then. Nothing read back from a member (a policy
+// Database this hub knows to be gone or no longer placed there: a tombstone
+// the hub recorded when it skipped the teardown (Database deleted, or member
+// dropped, while the member was away) names the Database's UID and the
+// member, and the policy is the one recorded then. Nothing read back from a member (a policy
 // annotation, an owner) decides what is deleted; objects of another hub, and
 // objects written before hub identities, are never swept.
 type sweeper struct {
@@ -95,12 +96,17 @@ func (s *sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 	for i := range cms.Items {
 		s.collect(found, cms.Items[i].Labels)
 	}
-	if len(found) == 0 {
-		return 0, nil
-	}
 	stones, err := s.tombstones.all(ctx)
 	if err != nil {
 		return 0, err
+	}
+	// Tombstones naming this member count even when nothing of them is
+	// found any more (an earlier pass removed the workload; what is left may
+	// be claims or Secrets): the teardown finishes, and the tombstone goes.
+	for uid, ts := range stones {
+		if slices.Contains(ts.Members, cluster) {
+			found[leftover{key: types.NamespacedName{Namespace: ts.Namespace, Name: ts.Name}, uid: uid}] = true
+		}
 	}
 
 	log := ctrl.LoggerFrom(ctx).WithValues("cluster", cluster)
@@ -114,6 +120,11 @@ func (s *sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 			continue
 		}
 		if policy == "" {
+			if tomb { // placed here again: nothing to collect
+				if err := s.tombstones.swept(ctx, lo.uid, cluster); err != nil {
+					return unsure, err
+				}
+			}
 			continue // placed here, or not known to be gone: kept
 		}
 		owner := member.Owner{Namespace: lo.key.Namespace, Name: lo.key.Name, UID: lo.uid, HubID: s.hubID}
@@ -137,36 +148,36 @@ func (s *sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 }
 
 // decide returns the policy to collect a leftover with, "" to keep it;
-// tomb tells that it came from a tombstone; decided is false while the
+// tomb tells that a tombstone of this hub names the leftover's Database and
+// this member (without one nothing is collected: the hub does not know the
+// Database to be gone or dropped from here); decided is false while the
 // Database controller has not planned an existing Database yet.
 func (s *sweeper) decide(ctx context.Context, cluster string, lo leftover, stones map[types.UID]tombstone) (
 	policy fleetv1alpha1.DeletionPolicy, tomb, decided bool, err error) {
 	ts, ok := stones[lo.uid]
 	tomb = ok && ts.Namespace == lo.key.Namespace && ts.Name == lo.key.Name && slices.Contains(ts.Members, cluster)
+	if !tomb {
+		return "", false, true, nil
+	}
 	var db fleetv1alpha1.Database
 	err = s.hub.Get(ctx, lo.key, &db)
 	switch {
 	case apierrors.IsNotFound(err):
-		if tomb {
-			return ts.Policy, true, true, nil
-		}
-		return "", false, true, nil // not known to be gone (a hub restored from backup): keep
+		return ts.Policy, true, true, nil
 	case err != nil:
-		return "", false, false, err
+		return "", true, false, err
 	}
 	p := s.state.plan(lo.key)
 	if p == nil || p.uid != db.UID {
-		return "", false, false, nil
+		return "", true, false, nil
 	}
-	switch {
-	case p.role(cluster) != roleNone:
-		return "", false, true, nil // a member sync owns it
-	case db.UID == lo.uid:
-		return db.PlacementRemovalDeletionPolicy(), tomb, true, nil // dropped while the member was away
-	case tomb:
-		return ts.Policy, true, true, nil
+	if db.UID == lo.uid && p.role(cluster) != roleNone {
+		return "", true, true, nil // placed here again: a member sync owns it; the tombstone is stale
 	}
-	return "", false, true, nil
+	if p.role(cluster) != roleNone {
+		return "", false, true, nil // a Database of the same name runs here now: leave it to its sync
+	}
+	return ts.Policy, true, true, nil
 }
 
 // collect notes the Database of a member object this hub wrote.
