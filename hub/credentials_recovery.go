@@ -40,6 +40,18 @@ type recovered struct {
 	from string
 	// unreadable are members the Database may be on that could not be read.
 	unreadable []string
+	// readable counts the members the Database may be on that were read.
+	readable int
+	// ranUnreadable is set when a member the Database ran on (its status) could not be read.
+	ranUnreadable bool
+}
+
+// mustWait says whether a missing password may not be generated yet: no
+// member the Database may be on could be read, or one it ran on could not.
+// (A member read later that holds another password is never overwritten:
+// the member apply refuses it with a Conflict.)
+func (r recovered) mustWait() bool {
+	return len(r.unreadable) > 0 && (r.readable == 0 || r.ranUnreadable)
 }
 
 // recoverCredentials looks for the Database's credentials in every member
@@ -55,9 +67,9 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 	if err := r.hub.List(ctx, &members); err != nil {
 		return res, fmt.Errorf("listing member clusters: %w", err)
 	}
-	maybe := map[string]bool{}
+	maybe, ran := map[string]bool{}, map[string]bool{}
 	for _, name := range currentMembers(db) {
-		maybe[name] = true
+		maybe[name], ran[name] = true, true
 	}
 	if placed, err := resolvePlacement(db, members.Items, currentMembers(db)); err == nil {
 		for _, name := range placed.Targets {
@@ -76,7 +88,12 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 		case !ok:
 			if maybe[name] {
 				res.unreadable = append(res.unreadable, name)
+				res.ranUnreadable = res.ranUnreadable || ran[name]
 			}
+		case maybe[name]:
+			res.readable++
+		}
+		switch {
 		case s == nil:
 		case res.data == nil || (!bestOwn && s.Labels[fleetv1alpha1.LabelDatabaseUID] == string(db.UID)):
 			res.data = map[string][]byte{"username": s.Data["username"], "password": s.Data["password"]}
@@ -126,7 +143,7 @@ func (r *databaseReconciler) credentialsFromMembers(ctx context.Context, db *fle
 		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "CredentialsRecovered", "Credentials",
 			"the hub credentials Secret was missing; restored it from member %s", res.from)
 		return res.data, nil
-	case len(res.unreadable) > 0:
+	case res.mustWait():
 		return nil, errWaitingForCredentials{name: db.Namespace + "/" + credentialsName(db), members: res.unreadable}
 	}
 	return nil, nil
