@@ -188,9 +188,12 @@ func testSweepTombstones(t *testing.T, e *env) {
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(e.member("s2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "gone"}, &appsv1.StatefulSet{}))
 	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "the recorded leftover is swept")
-	var pvc corev1.PersistentVolumeClaim
-	g.Expect(e.member("s2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "data-gone-0"}, &pvc)).To(Succeed(), "swept with the recorded Retain")
-	g.Expect(pvc.DeletionTimestamp).To(BeNil())
+	g.Eventually(func(g Gomega) {
+		var pvc corev1.PersistentVolumeClaim
+		g.Expect(e.member("s2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "data-gone-0"}, &pvc)).To(Succeed(), "swept with the recorded Retain")
+		g.Expect(pvc.DeletionTimestamp).To(BeNil())
+		g.Expect(pvc.Labels).NotTo(HaveKey(fleetv1alpha1.LabelManagedBy), "released")
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	g.Eventually(func(g Gomega) {
 		var cm corev1.ConfigMap
 		g.Expect(e.hub.Get(e.ctx, client.ObjectKey{Namespace: hubNS, Name: fleetv1alpha1.TombstonesConfigMap}, &cm)).To(Succeed())
