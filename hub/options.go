@@ -16,8 +16,9 @@ const (
 	// DefaultMemberWorkers is the member sync controller's concurrency. Member
 	// syncs are bounded by DefaultMemberCallTimeout, so a dead member holds a
 	// worker for at most that long, and only when its probe still says Ready;
-	// and one member holds at most a quarter of the workers (memberLimiter),
-	// so a slow member leaves the rest to the others.
+	// and one member holds at most a quarter of the workers, and beyond its
+	// first sync only while fewer than half are busy (memberLimiter), so a
+	// few slow members leave workers to the others.
 	DefaultMemberWorkers = 32
 	// DefaultHubNamespace is where the hub runs.
 	DefaultHubNamespace = "fleetdb-system"
