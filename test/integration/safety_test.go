@@ -27,6 +27,7 @@ func TestSafety(t *testing.T) {
 	}
 	t.Run("credentials are recovered from any member that holds them", func(t *testing.T) { testCredentialsAnyMember(t, e) })
 	t.Run("another Database's password in a member is never overwritten", func(t *testing.T) { testCredentialsGuard(t, e) })
+	t.Run("a Database recreated on retained data gets its password back", func(t *testing.T) { testCredentialsRetained(t, e) })
 	t.Run("dropping a member keeps its data by default", func(t *testing.T) { testPlacementRemoval(t, e) })
 	t.Run("a PVC is never deleted in the pass that deletes its StatefulSet", func(t *testing.T) { testPVCAfterStatefulSet(t, e) })
 	t.Run("a member removed from the registry is left alone and reported", func(t *testing.T) { testMemberRemoved(t, e) })
@@ -179,6 +180,42 @@ func testCredentialsGuard(t *testing.T, e *env) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s3.ResourceVersion).To(Equal(planted.ResourceVersion), "the Secret was written to")
 	g.Expect(string(s3.Data["password"])).To(Equal("the-password-its-data-uses"))
+}
+
+// testCredentialsRetained (item 1, README's workaround): a Database deleted
+// with Retain and created again runs on the retained data with the retained
+// password once the released Secret is labelled as this hub's again.
+func testCredentialsRetained(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("creds-retained")
+	db := newDB(ns, "kept", "s1")
+	db.Spec.DeletionPolicy = fleetv1alpha1.DeletionPolicyRetain
+	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
+	e.waitPhase(g, ns, "kept", fleetv1alpha1.PhaseReady)
+	orig, err := e.secretIn("s1", ns, "kept-credentials")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "kept"))).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "kept"}, &fleetv1alpha1.Database{}))
+	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	// What the garbage collector does on a real hub.
+	g.Expect(e.hub.Delete(e.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kept-credentials"}})).To(Succeed())
+
+	released, err := e.secretIn("s1", ns, "kept-credentials")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(released.Labels).NotTo(HaveKey(fleetv1alpha1.LabelManagedBy))
+	patch := client.MergeFrom(released.DeepCopy())
+	released.Labels = map[string]string{
+		fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue, fleetv1alpha1.LabelDatabaseNamespace: ns,
+		fleetv1alpha1.LabelDatabaseName: "kept", fleetv1alpha1.LabelHubID: e.hubID(g),
+	}
+	g.Expect(e.member("s1").Patch(e.ctx, released, patch)).To(Succeed())
+
+	g.Expect(e.hub.Create(e.ctx, newDB(ns, "kept", "s1"))).To(Succeed())
+	e.waitPhase(g, ns, "kept", fleetv1alpha1.PhaseReady)
+	now, err := e.secretIn("s1", ns, "kept-credentials")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(now.Data["password"]).To(Equal(orig.Data["password"]))
 }
 
 // testPlacementRemoval (item 4): a member dropped from the placement loses
