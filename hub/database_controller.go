@@ -339,6 +339,7 @@ func (r *databaseReconciler) teardownSettled(ctx context.Context, db *fleetv1alp
 	if !h.Engaged && !r.registered(ctx, name) {
 		// The member left the registry: there is nothing left to reach.
 		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonMemberRemoved, "Teardown", "%s", leftBehindMessage(db, name))
+		r.state.dropResult(client.ObjectKeyFromObject(db), name) // once
 		return true, 0
 	}
 	down, _ := r.unreachable(name)
