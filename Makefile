@@ -94,7 +94,7 @@ kind-up: ## Create the kind hub and members, install the CRDs on the hub, the Cl
 	  name=$$(sed -n 's/^name: *//p' kind-configs/$$m.yaml); \
 	  KUBECTL=$(KUBECTL) hack/join-member.sh --name $$m \
 	    --member-kubeconfig $(KIND_OUT)/$$m.kubeconfig --hub-kubeconfig $(KIND_OUT)/hub.kubeconfig \
-	    --server https://$$name-control-plane:6443 --labels $(KIND_MEMBER_LABELS); \
+	    --server https://$$name-control-plane:6443 --labels $(KIND_MEMBER_LABELS) --all-namespaces; \
 	done
 
 .PHONY: kind-load

@@ -132,6 +132,8 @@ metadata:
   labels: {fleetdb.io/sample: "true", region: region-$i, tier: prod}
 spec:
   kubeconfigSecretRef: {namespace: $HUB_NS, name: $c-kubeconfig, key: kubeconfig}
+  # A local fleet is one team's: every hub namespace may use its members.
+  namespaceSelector: {}
 YAML
 }
 

@@ -5,7 +5,7 @@
 #     --member-kubeconfig eu-1.kubeconfig --hub-kubeconfig hub.kubeconfig \
 #     [--labels region=eu,tier=prod] [--server https://eu-1.example:6443] \
 #     [--member-context CTX] [--hub-context CTX] [--hub-namespace fleetdb-system] \
-#     [--timeout 120]
+#     [--timeout 120] [--all-namespaces | --namespace-labels team=a,...]
 #
 # What it does, idempotently (run it again to relabel a member or to hand the
 # hub a rotated token):
@@ -19,6 +19,11 @@
 #      hub namespace, and creates or updates MemberCluster <name> with exactly
 #      the --labels given (server-side apply: labels dropped from --labels are
 #      removed, labels others set are kept).
+#   5. sets the MemberCluster's spec.namespaceSelector: --all-namespaces lets
+#      Databases of every hub namespace use the member, --namespace-labels only
+#      those of namespaces with these labels; with neither, the selector is
+#      left unset and no namespace may use the member until a platform admin
+#      sets one (fleetdb's safe default).
 #
 # --server is the member API server's address as the hub reaches it, which is
 # not always the address in your own kubeconfig: on kind, the hub's pods reach a
@@ -43,7 +48,7 @@ die() {
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 kubectl_bin=${KUBECTL:-kubectl}
 
-name="" member_kubeconfig="" hub_kubeconfig="" labels="" server=""
+name="" member_kubeconfig="" hub_kubeconfig="" labels="" server="" ns_selector=""
 member_context="" hub_context="" hub_namespace="fleetdb-system" timeout=120
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -56,6 +61,17 @@ while [ $# -gt 0 ]; do
 	--hub-context) hub_context=${2:?--hub-context needs a value}; shift 2 ;;
 	--hub-namespace) hub_namespace=${2:?--hub-namespace needs a value}; shift 2 ;;
 	--timeout) timeout=${2:?--timeout needs a value}; shift 2 ;;
+	--all-namespaces) ns_selector="{}"; shift ;;
+	--namespace-labels)
+		ns_pairs=${2:?--namespace-labels needs k=v[,k=v...]}; shift 2
+		ns_selector="{matchLabels: {"
+		IFS=',' read -r -a pairs <<<"$ns_pairs"
+		for pair in "${pairs[@]}"; do
+			[[ "$pair" == *=* ]] || die "--namespace-labels takes k=v[,k=v...]; got '$pair'"
+			ns_selector+="\"${pair%%=*}\": \"${pair#*=}\", "
+		done
+		ns_selector="${ns_selector%, }}}"
+		;;
 	-h | --help) usage 0 ;;
 	*) echo "join-member: unknown argument $1" >&2; usage 2 ;;
 	esac
@@ -146,8 +162,10 @@ spec:
   kubeconfigSecretRef:
     namespace: "$hub_namespace"
     name: "$name-kubeconfig"
-    key: kubeconfig
+    key: kubeconfig${ns_selector:+
+  namespaceSelector: $ns_selector}
 EOF
 "${hub[@]}" apply --server-side --field-manager=fleetdb-join -f "$tmp/membercluster.yaml" >/dev/null
 
+[ -n "$ns_selector" ] || echo "join-member: no --all-namespaces or --namespace-labels: no hub namespace may place Databases on $name yet (set spec.namespaceSelector)"
 echo "join-member: $name joined; watch it with: kubectl get membercluster $name -w"

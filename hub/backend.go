@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -102,20 +100,6 @@ func (w *backendWatches) ensure(ctx context.Context, name string, cl cluster.Clu
 		return err
 	}
 	w.clusters[name] = cl
-	return nil
-}
-
-// collectServices adds the Databases whose labelled Services the member
-// holds to found (the CloudNativePG backend has neither StatefulSet nor
-// ConfigMap).
-func collectServices(ctx context.Context, c client.Reader, found map[types.NamespacedName]fleetv1alpha1.DeletionPolicy) error {
-	var svcs corev1.ServiceList
-	if err := c.List(ctx, &svcs); err != nil {
-		return err
-	}
-	for i := range svcs.Items {
-		collect(found, svcs.Items[i].Labels, svcs.Items[i].Annotations)
-	}
 	return nil
 }
 

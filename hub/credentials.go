@@ -33,22 +33,27 @@ func (e errForeignCredentials) Error() string {
 // with crypto/rand into a hub Secret owned by the Database. The same data goes
 // to every member.
 //
-// A Database that already runs somewhere never gets a new password: its
-// databases were initialised with the old one. When its hub Secret is gone,
-// recoverFromMembers supplies the copy the members hold; without one the
-// Database stalls with a message instead of silently changing the password.
+// A password is never replaced: when the hub Secret is missing (a new
+// Database, one recreated under the same name or restored from Git, or a
+// deleted Secret), recoverFromMembers first supplies the copy a member holds;
+// it returns an error (errWaitingForCredentials) while a member that may hold
+// one cannot be read. Only when no member holds one is a new password
+// generated, and only for a Database that never ran anywhere (else it stalls
+// with errLostCredentials).
 func ensureCredentials(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database,
-	recoverFromMembers func() map[string][]byte) (map[string][]byte, error) {
+	recoverFromMembers func() (map[string][]byte, error)) (map[string][]byte, error) {
 	var s corev1.Secret
 	key := client.ObjectKey{Namespace: db.Namespace, Name: credentialsName(db)}
 	err := c.Get(ctx, key, &s)
 	if apierrors.IsNotFound(err) {
-		if len(db.Status.Clusters) == 0 {
-			// A new Database: create the Secret at once; if it exists
-			// after all, it is read and checked below.
-			data, err := createCredentials(ctx, c, db, key, nil)
-			if !apierrors.IsAlreadyExists(err) {
-				return data, err
+		data, rerr := recoverFromMembers()
+		if rerr != nil {
+			return nil, rerr
+		}
+		if data != nil || len(db.Status.Clusters) == 0 {
+			created, cerr := createCredentials(ctx, c, db, key, data)
+			if !apierrors.IsAlreadyExists(cerr) {
+				return created, cerr
 			}
 		}
 		// The cache may not have seen a Secret created a moment ago.
@@ -73,14 +78,7 @@ func ensureCredentials(ctx context.Context, c client.Client, live client.Reader,
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("reading credentials secret: %w", err)
 	}
-	if len(db.Status.Clusters) == 0 {
-		return createCredentials(ctx, c, db, key, nil)
-	}
-	data := recoverFromMembers()
-	if data == nil {
-		return nil, errLostCredentials{name: key.String()}
-	}
-	return createCredentials(ctx, c, db, key, data)
+	return nil, errLostCredentials{name: key.String()}
 }
 
 // leftoverOf reports whether s is the credentials Secret of an earlier

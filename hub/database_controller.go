@@ -42,6 +42,8 @@ type databaseReconciler struct {
 	now func() time.Time
 	// tracer starts the Database.Reconcile spans; nil when tracing is off.
 	tracer trace.Tracer
+	// tombstones record the members whose teardown was skipped.
+	tombstones *tombstones
 }
 
 // databaseScope is what one reconcile of a Database works on: the phases
@@ -63,6 +65,8 @@ type databaseScope struct {
 	teardown map[string]bool
 	// allowed are targets the rollout lets run the current generation.
 	allowed map[string]bool
+	// leftRegistry are dropped members whose MemberCluster is gone.
+	leftRegistry []string
 }
 
 // stall ends the reconcile on a terminal error: the status written at the
@@ -127,15 +131,22 @@ func (r *databaseReconciler) loadScope(ctx context.Context, key types.Namespaced
 	return &databaseScope{key: key, db: db}, nil
 }
 
-// runPhases runs the phases in order until one fails.
+// errStopPhases ends a reconcile early without an error: the phase that
+// returns it has set the status and the requeue (a wait, not a failure).
+var errStopPhases = errors.New("stop phases")
+
+// runPhases runs the phases in order until one fails or stops.
 func runPhases(ctx context.Context, s *databaseScope, phases ...databasePhase) (ctrl.Result, error) {
 	var res ctrl.Result
 	for _, phase := range phases {
 		r, err := phase(ctx, s)
+		res.RequeueAfter = minPositive(res.RequeueAfter, r.RequeueAfter)
+		if errors.Is(err, errStopPhases) {
+			return res, nil
+		}
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		res.RequeueAfter = minPositive(res.RequeueAfter, r.RequeueAfter)
 	}
 	return res, nil
 }

@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 )
@@ -25,8 +23,16 @@ func (r *databaseReconciler) reconcileCredentials(ctx context.Context, s *databa
 	creds, err := r.finalizerAndCredentials(ctx, s.db)
 	var foreign errForeignCredentials
 	var lost errLostCredentials
+	var waiting errWaitingForCredentials
 	switch {
-	case errors.As(err, &foreign) || errors.As(err, &lost):
+	case errors.As(err, &waiting):
+		// Not terminal: a member that may hold the password comes back.
+		st := waitingStatus(s.db, fleetv1alpha1.ReasonWaitingForCredentials, err.Error())
+		s.status = &st
+		return ctrl.Result{RequeueAfter: credentialsWaitRetry}, errStopPhases
+	case errors.As(err, &lost):
+		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonCredentialsLost, err)
+	case errors.As(err, &foreign):
 		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonInvalidSpec, err)
 	case err != nil:
 		return ctrl.Result{}, err
@@ -39,7 +45,7 @@ func (r *databaseReconciler) reconcileCredentials(ctx context.Context, s *databa
 // ensures the hub credentials Secret, both at once; it returns the credentials.
 func (r *databaseReconciler) finalizerAndCredentials(ctx context.Context, db *fleetv1alpha1.Database) (map[string][]byte, error) {
 	ensure := func(db *fleetv1alpha1.Database) (map[string][]byte, error) {
-		return ensureCredentials(ctx, r.hub, r.live, db, func() map[string][]byte { return r.credentialsFromMembers(ctx, db) })
+		return ensureCredentials(ctx, r.hub, r.live, db, func() (map[string][]byte, error) { return r.credentialsFromMembers(ctx, db) })
 	}
 	if controllerutil.ContainsFinalizer(db, fleetv1alpha1.TeardownFinalizer) {
 		return ensure(db)
@@ -84,28 +90,4 @@ func (r *databaseReconciler) addFinalizer(ctx context.Context, db *fleetv1alpha1
 			return fmt.Errorf("the Database is being deleted")
 		}
 	}
-}
-
-// credentialsFromMembers reads the credentials a member holds for the
-// Database (the same in every member), for a hub Secret that was lost.
-func (r *databaseReconciler) credentialsFromMembers(ctx context.Context, db *fleetv1alpha1.Database) map[string][]byte {
-	for _, c := range db.Status.Clusters {
-		cl, err := r.provider.Get(ctx, multicluster.ClusterName(c.Name))
-		if err != nil {
-			continue
-		}
-		var s corev1.Secret
-		if err := cl.GetClient().Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: credentialsName(db)}, &s); err != nil {
-			continue
-		}
-		l := s.Labels
-		if l[fleetv1alpha1.LabelDatabaseNamespace] != db.Namespace || l[fleetv1alpha1.LabelDatabaseName] != db.Name ||
-			len(s.Data["username"]) == 0 || len(s.Data["password"]) == 0 {
-			continue
-		}
-		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "CredentialsRecovered", "Credentials",
-			"the hub credentials Secret was missing; restored it from member %s", c.Name)
-		return map[string][]byte{"username": s.Data["username"], "password": s.Data["password"]}
-	}
-	return nil
 }

@@ -42,7 +42,7 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 		return ctrl.Result{}, nil
 	}
 
-	r.fanOut(ctx, s.key, &plan{uid: db.UID, generation: db.Generation, policy: db.Spec.DeletionPolicy, teardown: pending})
+	r.fanOut(ctx, s.key, &plan{uid: db.UID, generation: db.Generation, policy: teardownPolicy(db), teardown: pending})
 	st := computeStatus(statusInput{
 		db:          db,
 		teardown:    sortedKeys(pending),
@@ -99,6 +99,8 @@ func (r *databaseReconciler) teardownSettled(ctx context.Context, db *fleetv1alp
 	h := r.provider.Health(name)
 	if !h.Engaged && !r.registered(ctx, name) {
 		// The member left the registry: there is nothing left to reach.
+		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonMemberRemoved, "Teardown", "%s", leftBehindMessage(db, name))
+		r.state.dropResult(client.ObjectKeyFromObject(db), name) // once
 		return true, 0
 	}
 	down, _ := r.unreachable(name)
@@ -112,6 +114,12 @@ func (r *databaseReconciler) teardownSettled(ctx context.Context, db *fleetv1alp
 	timeout := db.EffectiveUnreachableTimeout()
 	if left := timeout - r.now().Sub(start); left > 0 {
 		return false, left
+	}
+	// The hub's own record of what to collect on reconnect, and how (the
+	// sweep trusts nothing read back from the member).
+	if err := r.tombstones.record(ctx, db, name, teardownPolicy(db)); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "recording a tombstone; teardown of the member keeps blocking", "cluster", name)
+		return false, teardownPoll
 	}
 	r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "TeardownSkipped", "Teardown",
 		"member %s unreachable for longer than %s: no longer blocking; its leftovers are removed when it reconnects", name, timeout)

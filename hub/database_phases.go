@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,7 +20,14 @@ func (r *databaseReconciler) reconcilePlacement(ctx context.Context, s *database
 	if err := r.hub.List(ctx, &members); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing member clusters: %w", err)
 	}
-	placed, err := resolvePlacement(s.db, members.Items, currentMembers(s.db))
+	admitted, denied, err := r.admitMembers(ctx, s.db, members.Items)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(denied) > 0 {
+		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonNamespaceNotAllowed, errors.New(notAllowedMessage(s.db, denied)))
+	}
+	placed, err := resolvePlacement(s.db, admitted, currentMembers(s.db))
 	if err != nil {
 		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonInvalidSpec, err)
 	}
@@ -44,6 +52,9 @@ func (r *databaseReconciler) reconcileDroppedMembers(ctx context.Context, s *dat
 			dropped[name] = true
 		}
 	}
+	// A member that left the registry is not torn down (it cannot be): it
+	// moves to status.leftBehind.
+	s.leftRegistry = r.membersLeftRegistry(ctx, s.db, dropped, s.results)
 	pending, requeue := r.settleTeardowns(ctx, s, dropped)
 	for name := range dropped {
 		if !pending[name] {
@@ -66,7 +77,7 @@ func (r *databaseReconciler) reconcileRollout(ctx context.Context, s *databaseSc
 	r.fanOut(ctx, s.key, &plan{
 		uid:         s.db.UID,
 		generation:  s.db.Generation,
-		policy:      s.db.Spec.DeletionPolicy,
+		policy:      teardownPolicy(s.db), // spec.teardown.onPlacementRemoval
 		allowed:     s.allowed,
 		targets:     s.targets,
 		teardown:    s.teardown,
@@ -87,6 +98,7 @@ func (r *databaseReconciler) reconcileStatus(_ context.Context, s *databaseScope
 		unreachable: r.unreachable,
 		now:         r.now(),
 	})
+	st.LeftBehind = leftBehindStatus(s.db, s.leftRegistry, s.targets, r.now())
 	r.memberEvents(s.db, st)
 	s.status = &st
 	return ctrl.Result{}, nil

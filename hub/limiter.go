@@ -10,9 +10,21 @@ import (
 // member cannot hold every member-sync worker (SPEC 4.2). A sync over the cap
 // is not run and does not wait in a worker: it is parked, and put back in the
 // queue when a sync of the same member ends. Nothing polls.
+//
+// The per-member cap alone does not keep a few slow members from holding
+// every worker (four members at a quarter each do), so a second sync of a
+// member also needs the total in flight to be under budget: a member with
+// nothing in flight can always start one, so the syncs of fast members are
+// never queued behind hung ones. A request refused for the budget belongs to
+// a member with a sync in flight, whose end hands it over.
 type memberLimiter struct {
 	limit int
-	mu    sync.Mutex
+	// budget caps the syncs in flight across members beyond each member's
+	// first; 0: no cap.
+	budget int
+	mu     sync.Mutex
+	// total counts running syncs.
+	total int
 	// inflight counts running syncs per member.
 	inflight map[string]int
 	// parked are requests turned away, per member, in arrival order, once each.
@@ -35,8 +47,9 @@ func (l *memberLimiter) acquire(req mcreconcile.Request) bool {
 	cluster := string(req.ClusterName)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.inflight[cluster] < l.limit {
+	if n := l.inflight[cluster]; n < l.limit && (n == 0 || l.budget <= 0 || l.total < l.budget) {
 		l.inflight[cluster]++
+		l.total++
 		return true
 	}
 	if !l.queued[req] {
@@ -51,6 +64,7 @@ func (l *memberLimiter) acquire(req mcreconcile.Request) bool {
 func (l *memberLimiter) release(cluster string) (mcreconcile.Request, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.total--
 	if l.inflight[cluster]--; l.inflight[cluster] <= 0 {
 		delete(l.inflight, cluster)
 	}

@@ -54,3 +54,24 @@ func TestMemberLimiter(t *testing.T) {
 		t.Fatalf("leftover state: inflight %v parked %v queued %v", l.inflight, l.parked, l.queued)
 	}
 }
+
+// TestMemberLimiterBudget: four slow members cannot take every worker; a
+// member with nothing in flight always starts.
+func TestMemberLimiterBudget(t *testing.T) {
+	l := newMemberLimiter(8)
+	l.budget = 16
+	held := 0
+	for _, m := range []string{"s1", "s2", "s3", "s4"} {
+		for i := 0; i < 8; i++ {
+			if l.acquire(syncReq(m, string(rune('a'+i)))) {
+				held++
+			}
+		}
+	}
+	if held > 18 {
+		t.Fatalf("slow members hold %d syncs; want at most the budget plus one each", held)
+	}
+	if !l.acquire(syncReq("fast", "x")) {
+		t.Fatal("the fast member's first sync was refused")
+	}
+}

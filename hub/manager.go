@@ -10,6 +10,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -100,6 +101,15 @@ func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.P
 	}
 	if err := provider.SetupWithManager(ctx, mgr); err != nil {
 		return nil, nil, fmt.Errorf("setting up the cluster registry: %w", err)
+	}
+	if opts.HubID == "" {
+		direct, err := client.New(hubCfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return nil, nil, fmt.Errorf("hub client: %w", err)
+		}
+		if opts.HubID, err = ensureHubIdentity(ctx, direct, opts.HubNamespace); err != nil {
+			return nil, nil, err
+		}
 	}
 	if err := Setup(ctx, mgr, provider, opts); err != nil {
 		return nil, nil, err

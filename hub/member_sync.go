@@ -146,8 +146,10 @@ func (r *memberSyncReconciler) sync(ctx context.Context, cluster string, key typ
 // teardown removes the Database's objects from the member per the plan's
 // deletion policy, polling while they go.
 func (r *memberSyncReconciler) teardown(ctx context.Context, c client.Client, cluster string, key types.NamespacedName, p *plan) syncOutcome {
-	done, err := member.Teardown(ctx, c, key.Namespace, key.Name, p.policy, r.memo)
+	done, err := member.Teardown(ctx, c, r.owner(key, p), p.policy, r.memo)
 	switch {
+	case isForbidden(err):
+		return r.forbiddenOutcome(key, cluster, errReasonTeardown, err, fleetv1alpha1.ClusterPhaseDeleting)
 	case err != nil:
 		return failedOutcome(errReasonTeardown, err, &memberResult{Status: deletingStatus(cluster, "teardown failed, retrying: "+err.Error())})
 	case !done:
@@ -171,12 +173,18 @@ func (r *memberSyncReconciler) applyFailed(key types.NamespacedName, cluster str
 	if errors.As(err, &conflict) {
 		return conflictOutcome(cluster, conflict)
 	}
+	if isForbidden(err) {
+		return r.forbiddenOutcome(key, cluster, errReasonApply, err, fleetv1alpha1.ClusterPhaseDegraded)
+	}
 	return failedOutcome(errReasonApply, err, r.failureResult(key, cluster, err))
 }
 
 // observe reads what the member runs for the Database.
 func (r *memberSyncReconciler) observe(ctx context.Context, c client.Client, key types.NamespacedName, cluster string, db *fleetv1alpha1.Database, outcome string) syncOutcome {
 	st, err := member.Observe(ctx, c, db, cluster)
+	if isForbidden(err) {
+		return r.forbiddenOutcome(key, cluster, errReasonObserve, err, fleetv1alpha1.ClusterPhaseDegraded)
+	}
 	if err != nil {
 		return failedOutcome(errReasonObserve, err, r.failureResult(key, cluster, err))
 	}
@@ -210,6 +218,7 @@ func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c 
 	if err != nil {
 		return member.ApplyResult{}, fmt.Errorf("rendering: %w", err)
 	}
+	member.StampHub(objs, r.opts.HubID)
 	res, err := member.Apply(ctx, cluster, c, live, objs, r.memo)
 	telemetry.CountRestored(cluster, res.Restored)
 	if err != nil {

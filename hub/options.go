@@ -17,8 +17,9 @@ const (
 	// DefaultMemberWorkers is the member sync controller's concurrency. Member
 	// syncs are bounded by DefaultMemberCallTimeout, so a dead member holds a
 	// worker for at most that long, and only when its probe still says Ready;
-	// and one member holds at most a quarter of the workers (memberLimiter),
-	// so a slow member leaves the rest to the others.
+	// and one member holds at most a quarter of the workers, and beyond its
+	// first sync only while fewer than half are busy (memberLimiter), so a
+	// few slow members leave workers to the others.
 	DefaultMemberWorkers = 32
 	// DefaultHubNamespace is where the hub runs.
 	DefaultHubNamespace = "fleetdb-system"
@@ -48,6 +49,10 @@ type Options struct {
 	DatabaseWorkers, MemberWorkers int
 	// ImageRepository overrides the engines' image repository (air-gapped fleets).
 	ImageRepository string
+	// HubID is the hub identity stamped on every member object (LabelHubID).
+	// Empty: NewManager reads it from, or generates it into, the
+	// HubIdentityConfigMap of the hub namespace. Tests set it to run two hubs.
+	HubID string
 }
 
 func (o Options) withDefaults() Options {

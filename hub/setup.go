@@ -34,6 +34,7 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 	w := &wiring{
 		mgr: mgr, provider: provider, opts: opts, state: newState(), memo: member.NewMemo(),
 		dbQueue: newQueueRef(), memberQueue: newQueueRef(), recorder: local.GetEventRecorder("fleetdb-hub"),
+		tombstones: &tombstones{c: local.GetClient(), live: local.GetAPIReader(), namespace: opts.HubNamespace},
 		// multicluster-runtime's builder does not take this from the manager's options.
 		skipNames: local.GetControllerOptions().SkipNameValidation,
 	}
@@ -61,6 +62,8 @@ type wiring struct {
 	dbQueue, memberQueue *queueRef
 	recorder             events.EventRecorder
 	skipNames            *bool
+	// tombstones are the hub's record of member teardowns it skipped.
+	tombstones *tombstones
 }
 
 // databaseController: hub Database events, registry changes (MemberCluster
@@ -70,6 +73,7 @@ func (w *wiring) databaseController() error {
 	dbr := &databaseReconciler{
 		hub: local.GetClient(), live: local.GetAPIReader(), provider: w.provider, state: w.state,
 		opts: w.opts, recorder: w.recorder, members: w.memberQueue, now: time.Now, tracer: telemetry.Tracer(),
+		tombstones: w.tombstones,
 	}
 	hubOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)}
 	return mcbuilder.ControllerManagedBy(w.mgr).
@@ -77,6 +81,8 @@ func (w *wiring) databaseController() error {
 		Watches(&fleetv1alpha1.Database{}, databaseEvents, hubOnly...).
 		Watches(&fleetv1alpha1.MemberCluster{},
 			mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](allDatabases(local.GetClient())), hubOnly...).
+		Watches(&corev1.Namespace{},
+			mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](databasesIn(local.GetClient())), hubOnly...).
 		WatchesRawSource(registrySource[mcreconcile.Request]{provider: w.provider, requests: w.databasesOnMember}).
 		WatchesRawSource(captureQueue(w.dbQueue)).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
@@ -98,6 +104,9 @@ func (w *wiring) memberSyncController() error {
 		limiter: newMemberLimiter(max(2, w.opts.MemberWorkers/4)), self: w.memberQueue,
 		watches: newBackendWatches(w.memberQueue),
 	}
+	// Beyond its first sync, a member starts another only while fewer than
+	// half the workers are busy: slow members cannot starve the others.
+	msr.limiter.budget = max(1, w.opts.MemberWorkers/2)
 	b := mcbuilder.ControllerManagedBy(w.mgr).Named("member-sync")
 	memberOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(false), mcbuilder.WithEngageWithProviderClusters(true)}
 	for _, obj := range memberKinds() {
@@ -123,6 +132,7 @@ func (w *wiring) memberSyncController() error {
 func (w *wiring) sweepController() error {
 	local := w.mgr.GetLocalManager()
 	sw := newSweeper(w.mgr, local.GetClient(), w.state, w.provider, w.memo, w.opts.MemberCallTimeout)
+	sw.hubID, sw.tombstones = w.opts.HubID, w.tombstones
 	return ctrl.NewControllerManagedBy(local).
 		Named("member-sweep").
 		WatchesRawSource(registrySource[reconcile.Request]{provider: w.provider, requests: sw.sweepRequests}).

@@ -2,12 +2,15 @@ package hub
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,8 +35,12 @@ const (
 // sweeper collects leftovers in a member that (re)connected: objects of
 // Databases that are gone, or no longer placed there, whose teardown could
 // not run while the member was unreachable (SPEC 4.5). It finds them by
-// label, so it needs no memory of what happened before a hub restart. It is
-// the reconciler of the member-sweep controller: a request names a member
+// label, and touches only objects that carry this hub's identity and whose
+// Database this hub knows to be gone or no longer placed there: a tombstone
+// the hub recorded when it skipped the teardown names the Database's UID and
+// the member, and the policy is the one recorded then. Nothing read back
+// from a member decides what is deleted; objects of another hub, and objects
+// written before hub identities, are never swept. It is the reconciler of the member-sweep controller: a request names a member
 // (reconcile.Request.Name), put in its queue by the registry when the member
 // turns Ready (sweepRequests).
 type sweeper struct {
@@ -43,6 +50,9 @@ type sweeper struct {
 	provider *clusters.Provider
 	memo     *member.Memo
 	timeout  time.Duration
+	// hubID is this hub's identity; tombstones its record of what to collect.
+	hubID      string
+	tombstones *tombstones
 
 	mu sync.Mutex
 	// attempts counts the sweeps of a member since it turned Ready.
@@ -50,6 +60,12 @@ type sweeper struct {
 	// wasReady is the registry's last news per member; only sweepRequests,
 	// on the source's goroutine, reads and writes it.
 	wasReady map[string]bool
+}
+
+// leftover is one Database's objects found in a member.
+type leftover struct {
+	key types.NamespacedName
+	uid types.UID
 }
 
 func newSweeper(mgr mcmanager.Manager, hub client.Client, st *state, provider *clusters.Provider, memo *member.Memo, timeout time.Duration) *sweeper {
@@ -112,6 +128,28 @@ func (s *sweeper) setAttempts(cluster string, n int) {
 	s.attempts[cluster] = n
 }
 
+// findLeftovers lists the Databases whose labelled StatefulSets, ConfigMaps
+// or Services (the CloudNativePG backend has neither of the first two) the
+// member holds.
+func (s *sweeper) findLeftovers(ctx context.Context, c client.Reader) (map[leftover]bool, error) {
+	found := map[leftover]bool{}
+	lists := []client.ObjectList{&appsv1.StatefulSetList{}, &corev1.ConfigMapList{}, &corev1.ServiceList{}}
+	for _, list := range lists {
+		if err := c.List(ctx, list); err != nil {
+			return nil, err
+		}
+		if err := meta.EachListItem(list, func(o runtime.Object) error {
+			if obj, ok := o.(client.Object); ok {
+				s.collect(found, obj.GetLabels())
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return found, nil
+}
+
 // sweepOnce removes leftovers; unsure counts Databases it could not decide on yet.
 func (s *sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -120,74 +158,105 @@ func (s *sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 	if err != nil {
 		return 0, err
 	}
-	found := map[types.NamespacedName]fleetv1alpha1.DeletionPolicy{}
-	var sts appsv1.StatefulSetList
-	if err := cl.GetClient().List(ctx, &sts); err != nil {
+	found, err := s.findLeftovers(ctx, cl.GetClient())
+	if err != nil {
 		return 0, err
 	}
-	for i := range sts.Items {
-		collect(found, sts.Items[i].Labels, sts.Items[i].Annotations)
-	}
-	var cms corev1.ConfigMapList
-	if err := cl.GetClient().List(ctx, &cms); err != nil {
+	stones, err := s.tombstones.all(ctx)
+	if err != nil {
 		return 0, err
 	}
-	for i := range cms.Items {
-		collect(found, cms.Items[i].Labels, cms.Items[i].Annotations)
-	}
-	if err := collectServices(ctx, cl.GetClient(), found); err != nil {
-		return 0, err
+	// Tombstones naming this member count even when nothing of them is
+	// found any more (an earlier pass removed the workload; what is left may
+	// be claims or Secrets): the teardown finishes, and the tombstone goes.
+	for uid, ts := range stones {
+		if slices.Contains(ts.Members, cluster) {
+			found[leftover{key: types.NamespacedName{Namespace: ts.Namespace, Name: ts.Name}, uid: uid}] = true
+		}
 	}
 
 	log := ctrl.LoggerFrom(ctx).WithValues("cluster", cluster)
-	for key, policy := range found {
-		var db fleetv1alpha1.Database
-		err := s.hub.Get(ctx, key, &db)
-		switch {
-		case apierrors.IsNotFound(err):
-			// Gone from the hub: collect with the policy recorded on the objects.
-		case err != nil:
+	for lo := range found {
+		policy, tomb, decided, err := s.decide(ctx, cluster, lo, stones)
+		if err != nil {
 			return unsure, err
-		default:
-			p := s.state.plan(key)
-			if p == nil || p.uid != db.UID {
-				unsure++
-				continue
-			}
-			if p.role(cluster) != roleNone {
-				continue // a member sync owns it
-			}
-			policy = db.Spec.DeletionPolicy
 		}
-		done, err := member.Teardown(ctx, cl.GetClient(), key.Namespace, key.Name, policy, s.memo)
+		if !decided {
+			unsure++
+			continue
+		}
+		if policy == "" {
+			if tomb { // placed here again: nothing to collect
+				if err := s.tombstones.swept(ctx, lo.uid, cluster); err != nil {
+					return unsure, err
+				}
+			}
+			continue // placed here, or not known to be gone: kept
+		}
+		owner := member.Owner{Namespace: lo.key.Namespace, Name: lo.key.Name, UID: lo.uid, HubID: s.hubID}
+		done, err := member.Teardown(ctx, cl.GetClient(), owner, policy, s.memo)
 		if err != nil {
 			return unsure, err
 		}
 		if !done {
 			unsure++
+			continue
 		}
-		s.memo.ForgetDatabase(cluster, key.Namespace, key.Name)
-		log.Info("collected leftovers of a Database no longer placed here", "database", key.String(), "policy", policy, "done", done)
+		s.memo.ForgetDatabase(cluster, lo.key.Namespace, lo.key.Name)
+		if tomb {
+			if err := s.tombstones.swept(ctx, lo.uid, cluster); err != nil {
+				return unsure, err
+			}
+		}
+		log.Info("collected leftovers of a Database no longer placed here", "database", lo.key.String(), "policy", policy)
 	}
 	return unsure, nil
 }
 
-func collect(found map[types.NamespacedName]fleetv1alpha1.DeletionPolicy, l, a map[string]string) {
-	if l[fleetv1alpha1.LabelManagedBy] != fleetv1alpha1.ManagedByValue {
+// decide returns the policy to collect a leftover with, "" to keep it;
+// tomb tells that a tombstone of this hub names the leftover's Database and
+// this member (without one nothing is collected: the hub does not know the
+// Database to be gone or dropped from here); decided is false while the
+// Database controller has not planned an existing Database yet.
+func (s *sweeper) decide(ctx context.Context, cluster string, lo leftover, stones map[types.UID]tombstone) (
+	policy fleetv1alpha1.DeletionPolicy, tomb, decided bool, err error) {
+	ts, ok := stones[lo.uid]
+	tomb = ok && ts.Namespace == lo.key.Namespace && ts.Name == lo.key.Name && slices.Contains(ts.Members, cluster)
+	if !tomb {
+		return "", false, true, nil
+	}
+	var db fleetv1alpha1.Database
+	err = s.hub.Get(ctx, lo.key, &db)
+	switch {
+	case apierrors.IsNotFound(err):
+		return ts.Policy, true, true, nil
+	case err != nil:
+		return "", true, false, err
+	}
+	p := s.state.plan(lo.key)
+	if p == nil || p.uid != db.UID {
+		return "", true, false, nil
+	}
+	if db.UID == lo.uid && p.role(cluster) != roleNone {
+		return "", true, true, nil // placed here again: a member sync owns it; the tombstone is stale
+	}
+	if p.role(cluster) != roleNone {
+		return "", false, true, nil // a Database of the same name runs here now: leave it to its sync
+	}
+	return ts.Policy, true, true, nil
+}
+
+// collect notes the Database of a member object this hub wrote.
+func (s *sweeper) collect(found map[leftover]bool, l map[string]string) {
+	if l[fleetv1alpha1.LabelManagedBy] != fleetv1alpha1.ManagedByValue || l[fleetv1alpha1.LabelHubID] != s.hubID || s.hubID == "" {
 		return
 	}
-	key := types.NamespacedName{Namespace: l[fleetv1alpha1.LabelDatabaseNamespace], Name: l[fleetv1alpha1.LabelDatabaseName]}
-	if key.Namespace == "" || key.Name == "" {
+	lo := leftover{
+		key: types.NamespacedName{Namespace: l[fleetv1alpha1.LabelDatabaseNamespace], Name: l[fleetv1alpha1.LabelDatabaseName]},
+		uid: types.UID(l[fleetv1alpha1.LabelDatabaseUID]),
+	}
+	if lo.key.Namespace == "" || lo.key.Name == "" || lo.uid == "" {
 		return
 	}
-	policy := fleetv1alpha1.DeletionPolicy(a[fleetv1alpha1.AnnotationDeletionPolicy])
-	switch policy {
-	case fleetv1alpha1.DeletionPolicyDelete, fleetv1alpha1.DeletionPolicyRetain, fleetv1alpha1.DeletionPolicyOrphan:
-	default:
-		// Objects written before the annotation existed: keep the data.
-		policy = fleetv1alpha1.DeletionPolicyRetain
-	}
-	if prev, ok := found[key]; !ok || prev == fleetv1alpha1.DeletionPolicyDelete {
-		found[key] = policy
-	}
+	found[lo] = true
 }

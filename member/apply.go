@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -25,10 +26,16 @@ import (
 // not fleetdb's object for this Database. Apply never touches it.
 type ConflictError struct {
 	Kind, Namespace, Name string
+	// Reason says why, when the object is fleetdb's but not this hub's or
+	// this Database's to change (see guardOwnership); empty: not fleetdb's.
+	Reason string
 }
 
 // Error names the object.
 func (e *ConflictError) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("%s %s/%s exists and is not this Database's to change: %s", e.Kind, e.Namespace, e.Name, e.Reason)
+	}
 	return fmt.Sprintf("%s %s/%s exists and is not managed by fleetdb for this Database", e.Kind, e.Namespace, e.Name)
 }
 
@@ -175,6 +182,8 @@ type plan struct {
 	items       []*item
 	dbNamespace string
 	dbName      string
+	// owner is whose objects prune may delete (hub identity and Database UID of objs).
+	owner Owner
 }
 
 // item is one object to apply.
@@ -207,6 +216,8 @@ func newPlan(cluster string, objs []client.Object) (*plan, error) {
 		}
 		if p.dbName == "" {
 			p.dbNamespace, p.dbName = dbNamespace, dbName
+			p.owner = Owner{Namespace: dbNamespace, Name: dbName,
+				UID: types.UID(l[fleetv1alpha1.LabelDatabaseUID]), HubID: l[fleetv1alpha1.LabelHubID]}
 		} else if p.dbNamespace != dbNamespace || p.dbName != dbName {
 			return nil, fmt.Errorf("apply: objects of more than one Database (%s/%s and %s/%s)", p.dbNamespace, p.dbName, dbNamespace, dbName)
 		}
@@ -254,6 +265,9 @@ func (it *item) check(cur client.Object, err error, dbNamespace, dbName string) 
 	}
 	if !ownedBy(cur.GetLabels(), dbNamespace, dbName) && !retainedCredentials(cur, it.desired) {
 		return &ConflictError{Kind: it.gvk.Kind, Namespace: cur.GetNamespace(), Name: cur.GetName()}
+	}
+	if err := guardOwnership(it.desired, cur); err != nil {
+		return err
 	}
 	if cur.GetDeletionTimestamp() != nil {
 		return fmt.Errorf("%s is being deleted; it is recreated once it is gone", ref(it.desired))

@@ -191,7 +191,7 @@ func testCNPGMissing(t *testing.T, ctx context.Context, bare client.Client) {
 	g.Expect(member.IsBackendMissing(err)).To(BeTrue(), "got %v", err)
 	_, err = member.Observe(ctx, bare, db, "bare")
 	g.Expect(member.IsBackendMissing(err)).To(BeTrue(), "got %v", err)
-	done, err := member.Teardown(ctx, bare, db.Namespace, db.Name, fleetv1alpha1.DeletionPolicyDelete, nil)
+	done, err := member.Teardown(ctx, bare, member.Owner{Namespace: db.Namespace, Name: db.Name}, fleetv1alpha1.DeletionPolicyDelete, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(done).To(BeTrue(), "no Cluster API, no Cluster to remove")
 }
@@ -212,7 +212,7 @@ func testCNPGDelete(t *testing.T, ctx context.Context, c client.Client) {
 func cnpgTeardown(t *testing.T, ctx context.Context, c client.Client, db *fleetv1alpha1.Database, policy fleetv1alpha1.DeletionPolicy, between func(pass int)) {
 	t.Helper()
 	for pass := 0; pass < 10; pass++ {
-		done, err := member.Teardown(ctx, c, db.Namespace, db.Name, policy, nil)
+		done, err := member.Teardown(ctx, c, member.Owner{Namespace: db.Namespace, Name: db.Name}, policy, nil)
 		if err != nil {
 			t.Fatalf("Teardown: %v", err)
 		}
@@ -292,8 +292,8 @@ func testCNPGRetain(t *testing.T, ctx context.Context, c client.Client) {
 	g.Expect(c.Get(ctx, key(ns, "orders-credentials"), secret)).To(Succeed(), "the credentials are kept")
 	g.Expect(secret.Labels).NotTo(HaveKey(fleetv1alpha1.LabelManagedBy))
 
-	// A Database created again under the name (new UID, new credentials)
-	// takes the retained Secret over and gets a Cluster of the same name in
+	// A Database created again under the name (new UID; the hub recovers the
+	// retained password, never writes another over it) takes the retained Secret over and gets a Cluster of the same name in
 	// the same namespace, with the claims as CloudNativePG restores a Cluster
 	// from: labelled cnpg.io/cluster=<name>, with the serial annotation and
 	// no owner reference (getOrphanPVCs in CloudNativePG's cluster_restore.go).
@@ -301,7 +301,7 @@ func testCNPGRetain(t *testing.T, ctx context.Context, c client.Client) {
 	again.UID = "cnpg-retain-uid-2"
 	again.Spec.DeletionPolicy = fleetv1alpha1.DeletionPolicyRetain
 	objs, err := member.Render(member.Params{Database: again, Cluster: "cnpg", Credentials: map[string][]byte{
-		member.CredentialsUsernameKey: []byte("app"), member.CredentialsPasswordKey: []byte("new-password")}})
+		member.CredentialsUsernameKey: []byte("app"), member.CredentialsPasswordKey: secret.Data[member.CredentialsPasswordKey]}})
 	g.Expect(err).NotTo(HaveOccurred())
 	_, err = member.Apply(ctx, "cnpg", c, c, objs, member.NewMemo())
 	g.Expect(err).NotTo(HaveOccurred())
@@ -318,9 +318,21 @@ func testCNPGRetain(t *testing.T, ctx context.Context, c client.Client) {
 		g.Expect(pvc.OwnerReferences).To(BeEmpty())
 		g.Expect(pvc.Annotations).To(HaveKey("cnpg.io/nodeSerial"))
 	}
+	kept := string(secret.Data[member.CredentialsPasswordKey])
 	g.Expect(c.Get(ctx, key(ns, "orders-credentials"), secret)).To(Succeed())
 	g.Expect(secret.Labels).To(HaveKeyWithValue(fleetv1alpha1.LabelDatabaseUID, "cnpg-retain-uid-2"), "the retained Secret is taken over")
-	g.Expect(string(secret.Data[member.CredentialsPasswordKey])).To(Equal("new-password"))
+	g.Expect(string(secret.Data[member.CredentialsPasswordKey])).To(Equal(kept), "the retained password is kept")
+
+	// Another password over the retained one is refused (issue 10: never
+	// force a different password over a Secret this Database did not write).
+	other := cnpgDatabase(ns, 2)
+	other.UID = "cnpg-retain-uid-3"
+	objs, err = member.Render(member.Params{Database: other, Cluster: "cnpg", Credentials: map[string][]byte{
+		member.CredentialsUsernameKey: []byte("app"), member.CredentialsPasswordKey: []byte("another-password")}})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = member.Apply(ctx, "cnpg", c, c, objs, member.NewMemo())
+	var conflict *member.ConflictError
+	g.Expect(errors.As(err, &conflict)).To(BeTrue(), "a different password is a conflict: %v", err)
 }
 
 func testCNPGOrphan(t *testing.T, ctx context.Context, c client.Client) {

@@ -504,7 +504,7 @@ func teardown(t *testing.T, ctx context.Context, e *env, db *fleetv1alpha1.Datab
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		done, err := member.Teardown(ctx, e.counted, db.Namespace, db.Name, policy, nil)
+		done, err := member.Teardown(ctx, e.counted, member.Owner{Namespace: db.Namespace, Name: db.Name}, policy, nil)
 		if err != nil {
 			t.Fatalf("Teardown: %v", err)
 		}
@@ -601,7 +601,7 @@ func testTeardownDelete(t *testing.T, ctx context.Context, e *env) {
 
 	// Done stays done, without a write.
 	e.writes.Take()
-	done, err := member.Teardown(ctx, e.counted, db.Namespace, db.Name, fleetv1alpha1.DeletionPolicyDelete, nil)
+	done, err := member.Teardown(ctx, e.counted, member.Owner{Namespace: db.Namespace, Name: db.Name}, fleetv1alpha1.DeletionPolicyDelete, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(done).To(BeTrue())
 	g.Expect(e.writes.Take()).To(BeEmpty())

@@ -35,10 +35,11 @@ var pvcKind = managedKind{
 	func() client.ObjectList { return &corev1.PersistentVolumeClaimList{} },
 }
 
-// listManaged lists the objects of kind k labelled for the Database namespace/name.
-func listManaged(ctx context.Context, c client.Reader, k managedKind, namespace, name string) ([]client.Object, error) {
+// listManaged lists the objects of kind k labelled for the Database o
+// names that are o's (see Owner).
+func listManaged(ctx context.Context, c client.Reader, k managedKind, o Owner) ([]client.Object, error) {
 	list := k.newList()
-	if err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: SelectorFor(namespace, name)}); err != nil {
+	if err := c.List(ctx, list, client.InNamespace(o.Namespace), client.MatchingLabelsSelector{Selector: SelectorFor(o.Namespace, o.Name)}); err != nil {
 		return nil, fmt.Errorf("listing %ss: %w", k.gvk.Kind, err)
 	}
 	items, err := meta.ExtractList(list)
@@ -47,7 +48,7 @@ func listManaged(ctx context.Context, c client.Reader, k managedKind, namespace,
 	}
 	objs := make([]client.Object, 0, len(items))
 	for _, item := range items {
-		if obj, ok := item.(client.Object); ok {
+		if obj, ok := item.(client.Object); ok && o.owns(obj) {
 			objs = append(objs, obj)
 		}
 	}

@@ -35,6 +35,7 @@ var releasedLabels = []string{
 	fleetv1alpha1.LabelDatabaseNamespace,
 	fleetv1alpha1.LabelDatabaseName,
 	fleetv1alpha1.LabelDatabaseUID,
+	fleetv1alpha1.LabelHubID,
 }
 
 // objectLabels are the labels of every rendered object (and of the pods and

@@ -25,7 +25,7 @@ func prune(ctx context.Context, c client.Client, p *plan, memo *Memo) ([]string,
 		errs   []error
 	)
 	for _, k := range workloadKinds {
-		objs, err := listManaged(ctx, c, k, p.dbNamespace, p.dbName)
+		objs, err := listManaged(ctx, c, k, p.owner)
 		if err != nil {
 			errs = append(errs, err)
 			continue

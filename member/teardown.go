@@ -27,15 +27,28 @@ import (
 //
 // Objects are deleted with background propagation; NotFound counts as done.
 // A delete memo remembers sending is not sent again (memo may be nil).
+// Only o's objects are touched (see Owner): never another hub's.
+// PersistentVolumeClaims are deleted only in a pass that finds no
+// StatefulSet of the Database left, never in the pass that deletes it: the
+// caller reads the policy again for the next pass, so a change to Retain
+// made meanwhile keeps the data.
 // The Namespace is never deleted. Teardown is done when a fresh list finds
 // nothing labelled for the Database any more; until then call it again (a
 // volume claim may wait for its pods to go, for instance).
-func Teardown(ctx context.Context, c client.Client, namespace, name string, policy fleetv1alpha1.DeletionPolicy, memo *Memo) (done bool, err error) {
+func Teardown(ctx context.Context, c client.Client, o Owner, policy fleetv1alpha1.DeletionPolicy, memo *Memo) (done bool, err error) {
+	namespace, name := o.Namespace, o.Name
 	var remove, release []managedKind
 	all := append(append([]managedKind{}, workloadKinds...), pvcKind)
 	switch policy {
 	case fleetv1alpha1.DeletionPolicyDelete, "":
-		remove = all
+		remove = append([]managedKind{}, workloadKinds...)
+		workload, err := listManaged(ctx, c, workloadKinds[0], o)
+		if err != nil {
+			return false, fmt.Errorf("teardown %s/%s: %w", namespace, name, err)
+		}
+		if len(workload) == 0 {
+			remove = append(remove, pvcKind)
+		}
 	case fleetv1alpha1.DeletionPolicyRetain:
 		for _, k := range workloadKinds {
 			if k.gvk.Kind == "Secret" {
@@ -64,7 +77,7 @@ func Teardown(ctx context.Context, c client.Client, namespace, name string, poli
 	// member, not one per object.
 	var first, rest []func() error
 	for _, k := range remove {
-		step := func() error { return deleteManaged(ctx, c, k, namespace, name, memo) }
+		step := func() error { return deleteManaged(ctx, c, k, o, memo) }
 		if k.gvk.Kind == "StatefulSet" {
 			first = append(first, step)
 		} else {
@@ -72,7 +85,7 @@ func Teardown(ctx context.Context, c client.Client, namespace, name string, poli
 		}
 	}
 	for _, k := range release {
-		rest = append(rest, func() error { return releaseManaged(ctx, c, k, namespace, name) })
+		rest = append(rest, func() error { return releaseManaged(ctx, c, k, o) })
 	}
 	errs := append(runAll(first), runAll(rest)...)
 	if err := multierror.Append(nil, errs...).ErrorOrNil(); err != nil {
@@ -80,7 +93,7 @@ func Teardown(ctx context.Context, c client.Client, namespace, name string, poli
 	}
 
 	for _, k := range all {
-		left, err := listManaged(ctx, c, k, namespace, name)
+		left, err := listManaged(ctx, c, k, o)
 		if err != nil {
 			return false, fmt.Errorf("teardown %s/%s: %w", namespace, name, err)
 		}
@@ -92,8 +105,8 @@ func Teardown(ctx context.Context, c client.Client, namespace, name string, poli
 }
 
 // deleteManaged deletes the objects of kind k labelled for the Database.
-func deleteManaged(ctx context.Context, c client.Client, k managedKind, namespace, name string, memo *Memo) error {
-	objs, err := listManaged(ctx, c, k, namespace, name)
+func deleteManaged(ctx context.Context, c client.Client, k managedKind, o Owner, memo *Memo) error {
+	objs, err := listManaged(ctx, c, k, o)
 	if err != nil {
 		return err
 	}
@@ -114,8 +127,8 @@ func deleteManaged(ctx context.Context, c client.Client, k managedKind, namespac
 
 // releaseManaged strips fleetdb's labels from the objects of kind k labelled
 // for the Database, so that fleetdb neither finds nor claims them again.
-func releaseManaged(ctx context.Context, c client.Client, k managedKind, namespace, name string) error {
-	objs, err := listManaged(ctx, c, k, namespace, name)
+func releaseManaged(ctx context.Context, c client.Client, k managedKind, o Owner) error {
+	objs, err := listManaged(ctx, c, k, o)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,20 @@ const (
 	// LabelInstance is the app.kubernetes.io/instance label (the Database name).
 	LabelInstance = "app.kubernetes.io/instance"
 
+	// LabelHubID names, on every member object, the hub that wrote it (the
+	// hub identity, see HubIdentityConfigMap). A hub never changes, tears
+	// down or sweeps an object carrying another hub's identity.
+	LabelHubID = "fleetdb.io/hub-id"
+	// HubIdentityConfigMap is the ConfigMap in the hub namespace that keeps
+	// the hub's identity (key HubIdentityKey), generated once at first start.
+	HubIdentityConfigMap = "fleetdb-hub-identity"
+	// HubIdentityKey is the key of the identity in HubIdentityConfigMap.
+	HubIdentityKey = "id"
+	// TombstonesConfigMap is the ConfigMap in the hub namespace where the hub
+	// records, before releasing a Database, the members whose teardown it
+	// skipped and the policy to collect them with on reconnect.
+	TombstonesConfigMap = "fleetdb-hub-tombstones"
+
 	// AnnotationGeneration records the hub generation that last wrote a member object.
 	AnnotationGeneration = "fleetdb.io/generation"
 	// AnnotationTraceparent records the W3C traceparent of the change that last wrote a member object.
@@ -33,7 +47,8 @@ const (
 	AnnotationConfigHash = "fleetdb.io/config-hash"
 
 	// AnnotationDeletionPolicy records the Database's deletionPolicy on member
-	// objects, so leftovers collected after the hub object is gone honour it.
+	// objects, for people reading them. The hub never acts on it: the
+	// reconnect sweep uses the policy it recorded itself (TombstonesConfigMap).
 	AnnotationDeletionPolicy = "fleetdb.io/deletion-policy"
 
 	// AnnotationBackend is the hub's record, on the Database, of the backend
@@ -101,6 +116,23 @@ const (
 	ReasonTeardown = "Teardown"
 	// ReasonWaitingForUnreachable: teardown waits for an unreachable member.
 	ReasonWaitingForUnreachable = "WaitingForUnreachableMember"
+	// ReasonWaitingForCredentials: the hub credentials Secret is missing and a
+	// member that may hold the password cannot be read now; the hub waits
+	// for it instead of generating a new password.
+	ReasonWaitingForCredentials = "WaitingForCredentials"
+	// ReasonCredentialsLost: the hub credentials Secret of a Database that
+	// ran is missing and no member holds a copy; it must be restored.
+	ReasonCredentialsLost = "CredentialsLost"
+	// ReasonNamespaceNotAllowed: the placement names a member whose
+	// spec.namespaceSelector does not admit the Database's namespace.
+	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+	// ReasonForbidden (on a status.clusters entry): the member's RBAC refused
+	// the hub's request; terminal for that member until the Database or its
+	// registration changes (and rechecked at a slow pace for RBAC changes).
+	ReasonForbidden = "Forbidden"
+	// ReasonMemberRemoved (Event): a member left the registry while the
+	// Database was placed on it; its objects were left in place.
+	ReasonMemberRemoved = "MemberRemoved"
 
 	// ReasonBackendMissing: a member does not offer the Database's backend
 	// (e.g. CloudNativePG's CRDs are not installed there); terminal for that
@@ -221,4 +253,14 @@ func (d *Database) EffectiveVersion() string {
 		return DefaultMySQLVersion
 	}
 	return DefaultPostgresVersion
+}
+
+// PlacementRemovalDeletionPolicy is the teardown policy for a member dropped
+// from a live Database's placement: spec.teardown.onPlacementRemoval as a
+// DeletionPolicy, Retain when unset.
+func (d *Database) PlacementRemovalDeletionPolicy() DeletionPolicy {
+	if d.Spec.Teardown.OnPlacementRemoval == PlacementRemovalDelete {
+		return DeletionPolicyDelete
+	}
+	return DeletionPolicyRetain
 }

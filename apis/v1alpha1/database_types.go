@@ -212,7 +212,31 @@ type TeardownSpec struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('168h')",message="spec.teardown.unreachableTimeout must be between 0s and 168h"
 	UnreachableTimeout *metav1.Duration `json:"unreachableTimeout,omitempty"`
+
+	// OnPlacementRemoval says what happens to a member's objects when the
+	// member is dropped from the placement while the Database lives on (a
+	// relabel, a placement edit, a cordon is not one): Retain (the default)
+	// removes the workload but keeps the PersistentVolumeClaims and the
+	// credentials Secret; Delete removes them too. Deleting the Database
+	// follows spec.deletionPolicy instead; a MemberCluster removed from the
+	// registry is never cleaned (see status.leftBehind).
+	// +optional
+	// +kubebuilder:default=Retain
+	OnPlacementRemoval PlacementRemovalPolicy `json:"onPlacementRemoval,omitempty"`
 }
+
+// PlacementRemovalPolicy says what happens to a member's objects when the
+// member leaves a live Database's placement.
+// +kubebuilder:validation:Enum=Retain;Delete
+type PlacementRemovalPolicy string
+
+// Placement removal policies.
+const (
+	// PlacementRemovalRetain removes the workload but keeps PersistentVolumeClaims and the credentials Secret.
+	PlacementRemovalRetain PlacementRemovalPolicy = "Retain"
+	// PlacementRemovalDelete removes every member object, PersistentVolumeClaims included.
+	PlacementRemovalDelete PlacementRemovalPolicy = "Delete"
+)
 
 // Phase is the summary phase of a Database.
 // +kubebuilder:validation:Enum=Pending;Provisioning;Ready;Degraded;Deleting;Failed
@@ -257,6 +281,27 @@ type DatabaseStatus struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=512
 	Clusters []ClusterStatus `json:"clusters,omitempty"`
+
+	// LeftBehind lists members that left the registry while the Database
+	// was placed on them: the hub could not remove anything there, and says
+	// what it left and where. An entry goes when the member is registered
+	// and placed again, or with the Database.
+	// +optional
+	// +listType=map
+	// +listMapKey=cluster
+	// +kubebuilder:validation:MaxItems=64
+	LeftBehind []LeftBehind `json:"leftBehind,omitempty"`
+}
+
+// LeftBehind is what the hub left in a member it can no longer reach.
+type LeftBehind struct {
+	// Cluster is the MemberCluster name.
+	Cluster string `json:"cluster"`
+	// Message says what was left (workload, PersistentVolumeClaims, credentials Secret) and why.
+	// +kubebuilder:validation:MaxLength=512
+	Message string `json:"message"`
+	// Since is when the hub noticed.
+	Since metav1.Time `json:"since"`
 }
 
 // ClusterStatus is what one member reports for a Database.
@@ -268,7 +313,10 @@ type ClusterStatus struct {
 	// Backend the member runs the Database on.
 	// +optional
 	Backend Backend `json:"backend,omitempty"`
-	// Reason is a machine-readable reason for a phase other than Ready, such as BackendMissing.
+	// Reason is a machine-readable cause of a phase other than Ready, such
+	// as BackendMissing, or Forbidden (the member's RBAC refused the hub; not
+	// retried until the Database, the member's registration or, at a slow
+	// pace, its RBAC changes).
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	Reason string `json:"reason,omitempty"`

@@ -36,6 +36,14 @@ type MemberClusterSpec struct {
 	// Unschedulable cordons the member: no new placements, existing ones stay.
 	// +optional
 	Unschedulable bool `json:"unschedulable,omitempty"`
+
+	// NamespaceSelector says which hub namespaces may place Databases on
+	// this member, by the namespaces' labels. Unset (the default) allows no
+	// namespace: a platform team opens a member to tenants explicitly; {}
+	// allows every namespace. A Database naming a member its namespace may
+	// not use is Stalled; a clusterSelector never selects such a member.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 }
 
 // MemberClusterStatus is what the hub's probes observe of a member.

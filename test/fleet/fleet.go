@@ -58,6 +58,20 @@ type ControlPlane struct {
 	env *envtest.Environment
 }
 
+// AddUser adds a user authenticated by a client certificate, in groups, and
+// returns an admin-less kubeconfig for it: what it may do is up to the RBAC
+// the test grants (the API servers authorize with RBAC).
+func (c *ControlPlane) AddUser(name string, groups ...string) ([]byte, error) {
+	if c.env == nil {
+		return nil, errors.New("control plane stopped")
+	}
+	user, err := c.env.ControlPlane.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("user %s for %s: %w", name, c.Name, err)
+	}
+	return user.KubeConfig()
+}
+
 // Stop stops the control plane; it is safe to call more than once.
 func (c *ControlPlane) Stop() error {
 	if c.env == nil {

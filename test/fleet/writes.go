@@ -3,6 +3,7 @@ package fleet
 import (
 	"net/http"
 	"sync"
+	"sync/atomic"
 )
 
 // WriteCounter counts the write requests (anything but GET, HEAD and
@@ -15,7 +16,25 @@ type WriteCounter struct {
 	log []string
 	// total counts every write per target, never reset.
 	total map[string]int
+	// hung are targets whose writes block until their request's deadline.
+	hung map[string]bool
+	// hanging counts the write requests blocked now.
+	hanging atomic.Int64
 }
+
+// Hang makes the target's writes block until their request's deadline (on),
+// or not: a member whose writes hang while its reads and probes pass.
+func (w *WriteCounter) Hang(target string, on bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.hung == nil {
+		w.hung = map[string]bool{}
+	}
+	w.hung[target] = on
+}
+
+// Hanging is the number of write requests blocked by Hang now.
+func (w *WriteCounter) Hanging() int64 { return w.hanging.Load() }
 
 // Wrap returns rt with its writes counted under target.
 func (w *WriteCounter) Wrap(target string, rt http.RoundTripper) http.RoundTripper {
@@ -23,13 +42,19 @@ func (w *WriteCounter) Wrap(target string, rt http.RoundTripper) http.RoundTripp
 		switch req.Method {
 		case http.MethodGet, http.MethodHead, http.MethodOptions:
 		default:
-			w.add(target, req.Method+" "+req.URL.Path)
+			if w.add(target, req.Method+" "+req.URL.Path) {
+				w.hanging.Add(1)
+				defer w.hanging.Add(-1)
+				<-req.Context().Done()
+				return nil, req.Context().Err()
+			}
 		}
 		return rt.RoundTrip(req)
 	})
 }
 
-func (w *WriteCounter) add(target, write string) {
+// add records a write and reports whether the target's writes hang.
+func (w *WriteCounter) add(target, write string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if target != "" {
@@ -40,6 +65,7 @@ func (w *WriteCounter) add(target, write string) {
 		w.total = map[string]int{}
 	}
 	w.total[target]++
+	return w.hung[target]
 }
 
 // Writes returns how many writes were sent since the last Take or Reset, and which.

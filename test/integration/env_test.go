@@ -42,6 +42,8 @@ const (
 	eventually = 60 * time.Second
 	poll       = 200 * time.Millisecond
 	hubNS      = "fleetdb-system"
+	// memberCallTimeout is the hubs' member call timeout in these tests.
+	memberCallTimeout = 5 * time.Second
 )
 
 // env is a running fleet with the hub's controllers.
@@ -88,7 +90,7 @@ func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 		Hub: hubCfg,
 		Options: hub.Options{
 			HubNamespace:      hubNS,
-			MemberCallTimeout: 5 * time.Second,
+			MemberCallTimeout: memberCallTimeout,
 		},
 		Registry: clusters.Options{
 			ProbeInterval:      500 * time.Millisecond,
@@ -128,7 +130,16 @@ func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 
 // register writes a member's kubeconfig Secret and MemberCluster on the hub.
 func (e *env) register(name string, kubeconfig []byte, labels map[string]string) {
-	g := NewWithT(e.t)
+	registerOn(e.t, e.ctx, e.hub, name, kubeconfig, labels)
+}
+
+// registerOn writes a member's kubeconfig Secret and MemberCluster on a hub.
+func registerOn(t *testing.T, ctx context.Context, hubClient client.Client, name string, kubeconfig []byte, labels map[string]string) {
+	g := NewWithT(t)
+	e := struct {
+		ctx context.Context
+		hub client.Client
+	}{ctx, hubClient}
 	g.Expect(e.hub.Create(e.ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: hubNS, Name: name + "-kubeconfig"},
 		Data:       map[string][]byte{"kubeconfig": kubeconfig},
@@ -137,7 +148,7 @@ func (e *env) register(name string, kubeconfig []byte, labels map[string]string)
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: fleetv1alpha1.MemberClusterSpec{KubeconfigSecretRef: fleetv1alpha1.SecretKeyRef{
 			Namespace: hubNS, Name: name + "-kubeconfig", Key: "kubeconfig",
-		}},
+		}, NamespaceSelector: &metav1.LabelSelector{}}, // every test namespace may use it
 	})).To(Succeed())
 }
 
