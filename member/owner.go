@@ -88,6 +88,9 @@ func guardOwnership(desired, cur client.Object) error {
 	wantHub, haveHub := want[fleetv1alpha1.LabelHubID], have[fleetv1alpha1.LabelHubID]
 	sameUID := have[fleetv1alpha1.LabelDatabaseUID] == want[fleetv1alpha1.LabelDatabaseUID]
 	switch {
+	case retainedCredentials(cur, desired):
+		// Kept by a Retain teardown, its labels stripped: only the password
+		// check below decides (the hub recovers that password first).
 	case wantHub != "" && haveHub != "" && haveHub != wantHub:
 		return conflict("written by another fleetdb hub")
 	case wantHub != "" && haveHub == "" && !sameUID:
