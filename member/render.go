@@ -257,8 +257,8 @@ func (r renderer) image() string {
 func (r renderer) resources() corev1.ResourceRequirements {
 	var res corev1.ResourceRequirements
 	if r.eff.resources != nil {
-		res.Requests = r.eff.resources.Requests.DeepCopy()
-		res.Limits = r.eff.resources.Limits.DeepCopy()
+		res.Requests = r.eff.resources.Requests.List()
+		res.Limits = r.eff.resources.Limits.List()
 	}
 	return res
 }

@@ -261,11 +261,11 @@ func TestRenderEngines(t *testing.T) {
 
 func TestRenderOverrides(t *testing.T) {
 	withOverrides := func(db *fleetv1alpha1.Database) {
-		db.Spec.Resources = &fleetv1alpha1.ResourceSpec{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}}
+		db.Spec.Resources = &fleetv1alpha1.ResourceSpec{Requests: &fleetv1alpha1.ComputeResources{CPU: ptr(resource.MustParse("500m"))}}
 		db.Spec.Overrides = []fleetv1alpha1.OverrideSpec{
 			{ClusterNames: []string{"us-1", "us-2"}, Replicas: ptr(int32(1)), StorageClassName: ptr("standard")},
 			{ClusterNames: []string{"ap-1"}, Resources: &fleetv1alpha1.ResourceSpec{
-				Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")},
+				Limits: &fleetv1alpha1.ComputeResources{Memory: ptr(resource.MustParse("2Gi"))},
 			}},
 		}
 	}
