@@ -90,7 +90,7 @@ metadata:
   name: $c
   labels: {fleetdb.io/sample: "true", region: region-$i, tier: prod}
 spec:
-  kubeconfigSecretRef: {namespace: $HUB_NS, name: $c-kubeconfig, key: kubeconfig}
+  kubeconfigSecretRef: {name: $c-kubeconfig, key: kubeconfig}
 YAML
 }
 

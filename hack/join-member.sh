@@ -144,7 +144,6 @@ metadata:
   labels:$label_yaml
 spec:
   kubeconfigSecretRef:
-    namespace: "$hub_namespace"
     name: "$name-kubeconfig"
     key: kubeconfig
 EOF

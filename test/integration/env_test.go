@@ -183,7 +183,7 @@ func (e *env) register(name string, kubeconfig []byte, labels map[string]string)
 	g.Expect(e.hub.Create(e.ctx, &fleetv1alpha1.MemberCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: fleetv1alpha1.MemberClusterSpec{KubeconfigSecretRef: fleetv1alpha1.SecretKeyRef{
-			Namespace: hubNS, Name: name + "-kubeconfig", Key: "kubeconfig",
+			Name: name + "-kubeconfig", Key: "kubeconfig",
 		}},
 	})).To(Succeed())
 }
