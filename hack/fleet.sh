@@ -107,6 +107,8 @@ up() {
 	hub=$(kubeconfig hub)
 	"$KUBECTL" --kubeconfig "$hub" apply -k "$root/deploy/crds" >/dev/null
 	"$KUBECTL" --kubeconfig "$hub" wait --for=condition=Established crd/databases.fleetdb.io crd/memberclusters.fleetdb.io --timeout=60s >/dev/null
+	# Deletion protection is the API server's (a ValidatingAdmissionPolicy).
+	"$KUBECTL" --kubeconfig "$hub" apply -f "$root/deploy/hub/deletion_protection.yaml" >/dev/null
 	"$KUBECTL" --kubeconfig "$hub" create namespace "$HUB_NS" --dry-run=client -o yaml | "$KUBECTL" --kubeconfig "$hub" apply -f - >/dev/null
 	for c in $(members); do
 		i=$((i + 1))

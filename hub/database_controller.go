@@ -192,6 +192,9 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, db *fleetv1alp
 		r.state.forget(key)
 		return ctrl.Result{}, nil
 	}
+	if held, err := r.holdProtected(ctx, db); held || err != nil {
+		return ctrl.Result{}, err
+	}
 	results := r.state.resultsFor(key)
 	teardown := map[string]bool{}
 	for _, c := range db.Status.Clusters {

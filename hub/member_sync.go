@@ -217,7 +217,7 @@ func (r *memberSyncReconciler) recordFailure(key types.NamespacedName, cluster s
 		res.Status, res.HasWorkload = prev.Status, prev.HasWorkload
 	}
 	res.Status.Phase = fleetv1alpha1.ClusterPhaseDegraded
-	res.Status.Message = truncate(err.Error())
+	res.Status.Message = truncate(redactAddresses(err.Error()))
 	r.record(key, cluster, res)
 }
 

@@ -186,6 +186,12 @@ func StartControlPlane(name, assets string, crds bool) (*ControlPlane, error) {
 		_ = env.Stop()
 		return nil, fmt.Errorf("kubeconfig for %s: %w", name, err)
 	}
+	if crds {
+		if err := ApplyManifests(context.Background(), cp.Client, HubPolicies...); err != nil {
+			_ = env.Stop()
+			return nil, fmt.Errorf("admission policies for %s: %w", name, err)
+		}
+	}
 	return cp, nil
 }
 

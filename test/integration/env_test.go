@@ -107,6 +107,8 @@ type envOptions struct {
 	// logs, when set, receives the hub's logs as JSON lines (controller-runtime's
 	// global logger is set once per process, so the hub gets its own).
 	logs io.Writer
+	// hubWrap, when set, wraps the transport of the hub manager's hub client.
+	hubWrap func(http.RoundTripper) http.RoundTripper
 }
 
 func startEnv(t *testing.T, members ...string) *env {
@@ -131,6 +133,9 @@ func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 
 	hubCfg := rest.CopyConfig(f.Hub.Config)
 	hubCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return e.writes.wrap("hub", rt) })
+	if opts.hubWrap != nil {
+		hubCfg.Wrap(opts.hubWrap)
+	}
 	mgr, _, err := hub.NewManager(e.ctx, hub.Config{
 		Hub: hubCfg,
 		Options: hub.Options{
