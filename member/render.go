@@ -52,8 +52,9 @@ func headlessName(db string) string  { return db + "-hl" }
 // Every object has its TypeMeta set. Render is pure; its errors never carry
 // credential values.
 //
-// The Namespace is rendered bare: it may belong to the user, so Apply only
-// creates it when missing and Teardown never deletes it.
+// The Namespace is rendered bare but for LabelManagedNamespace: it may belong
+// to the user, so Apply only creates it when missing and Teardown never
+// deletes it.
 func Render(p Params) ([]client.Object, error) {
 	db := p.Database
 	if db == nil {
@@ -184,7 +185,11 @@ func (r renderer) meta(name string) metav1.ObjectMeta {
 func (r renderer) namespace() *corev1.Namespace {
 	return &corev1.Namespace{
 		TypeMeta:   typeMeta(corev1.SchemeGroupVersion, "Namespace"),
-		ObjectMeta: metav1.ObjectMeta{Name: r.db.Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: r.db.Namespace, Labels: map[string]string{
+			// The member's admission policy (deploy/member) lets the hub's
+			// identity write only in namespaces that carry it.
+			fleetv1alpha1.LabelManagedNamespace: fleetv1alpha1.ManagedByValue,
+		}},
 	}
 }
 

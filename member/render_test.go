@@ -119,8 +119,10 @@ func TestRenderMetadata(t *testing.T) {
 	}
 	for k, o := range r.objs {
 		if k == "Namespace/team-a" {
-			// The namespace may be the user's: fleetdb marks nothing on it.
-			g.Expect(o.GetLabels()).To(BeEmpty())
+			// The namespace may be the user's: fleetdb marks nothing on it
+			// but the label the member's admission policy requires of a
+			// namespace it creates (an existing one is never changed).
+			g.Expect(o.GetLabels()).To(Equal(map[string]string{fleetv1alpha1.LabelManagedNamespace: fleetv1alpha1.ManagedByValue}))
 			g.Expect(o.GetAnnotations()).To(BeEmpty())
 			continue
 		}
