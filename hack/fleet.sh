@@ -77,21 +77,14 @@ volumeBindingMode: Immediate
 YAML
 }
 
+# register joins a member with the hub's own identity (deploy/member's
+# ServiceAccount, least-privilege RBAC and admission policy), exactly as a real
+# fleet is joined: every run proves that identity is enough.
 register() {
-	local c=$1 i=$2 hub
-	hub=$(kubeconfig hub)
-	"$KUBECTL" --kubeconfig "$hub" -n "$HUB_NS" create secret generic "$c-kubeconfig" \
-		--from-file=kubeconfig="$(kubeconfig "$c")" --dry-run=client -o yaml |
-		"$KUBECTL" --kubeconfig "$hub" apply -f - >/dev/null
-	"$KUBECTL" --kubeconfig "$hub" apply -f - >/dev/null <<YAML
-apiVersion: fleetdb.io/v1alpha1
-kind: MemberCluster
-metadata:
-  name: $c
-  labels: {fleetdb.io/sample: "true", region: region-$i, tier: prod}
-spec:
-  kubeconfigSecretRef: {name: $c-kubeconfig, key: kubeconfig}
-YAML
+	local c=$1 i=$2
+	KUBECTL="$KUBECTL" "$root/hack/join-member.sh" --name "$c" \
+		--member-kubeconfig "$(kubeconfig "$c")" --hub-kubeconfig "$(kubeconfig hub)" \
+		--hub-namespace "$HUB_NS" --labels "fleetdb.io/sample=true,region=region-$i,tier=prod" >/dev/null
 }
 
 up() {
