@@ -37,6 +37,7 @@ func TestBoundedBodies(t *testing.T) {
 	read := func(rt http.RoundTripper) (string, error) {
 		resp, err := rt.RoundTrip(&http.Request{})
 		g.Expect(err).NotTo(HaveOccurred())
+		defer resp.Body.Close()
 		b, err := io.ReadAll(resp.Body)
 		return string(b), err
 	}

@@ -184,7 +184,7 @@ func (r renderer) meta(name string) metav1.ObjectMeta {
 
 func (r renderer) namespace() *corev1.Namespace {
 	return &corev1.Namespace{
-		TypeMeta:   typeMeta(corev1.SchemeGroupVersion, "Namespace"),
+		TypeMeta: typeMeta(corev1.SchemeGroupVersion, "Namespace"),
 		ObjectMeta: metav1.ObjectMeta{Name: r.db.Namespace, Labels: map[string]string{
 			// The member's admission policy (deploy/member) lets the hub's
 			// identity write only in namespaces that carry it.

@@ -116,7 +116,7 @@ func TestValidation(t *testing.T) {
 		{"cpu limit below request", database(t, "b4", `{resources: {requests: {cpu: "2"}, limits: {cpu: 1500m}}}`), []string{"spec.resources.limits", "greater than or equal to requests"}},
 		{"cpu request unbounded", database(t, "b5", `{resources: {requests: {cpu: "100k"}}}`), []string{"spec.resources.requests.cpu", "cpu must be at most 256"}},
 		{"memory limit unbounded", database(t, "b6", `{resources: {limits: {memory: 5Ti}}}`), []string{"spec.resources.limits.memory", "memory must be at most 4Ti"}},
-				{"override limit below request", database(t, "b8", `{overrides: [{clusterNames: [eu-1], resources: {requests: {cpu: "2"}, limits: {cpu: "1"}}}]}`), []string{"spec.overrides[0].resources.limits", "greater than or equal to requests"}},
+		{"override limit below request", database(t, "b8", `{overrides: [{clusterNames: [eu-1], resources: {requests: {cpu: "2"}, limits: {cpu: "1"}}}]}`), []string{"spec.overrides[0].resources.limits", "greater than or equal to requests"}},
 		{"override request negative", database(t, "b9", `{overrides: [{clusterNames: [eu-1], resources: {requests: {memory: "-5Mi"}}}]}`), []string{"spec.overrides[0].resources.requests.memory", "memory must not be negative"}},
 		{"ephemeral storage request negative", database(t, "b12", `{resources: {requests: {ephemeral-storage: "-1"}}}`), []string{"spec.resources.requests.ephemeral-storage", "must not be negative"}},
 		{"ephemeral storage limit below request", database(t, "b13", `{resources: {requests: {ephemeral-storage: 2Gi}, limits: {ephemeral-storage: 1Gi}}}`), []string{"spec.resources.limits", "greater than or equal to requests"}},
