@@ -13,7 +13,7 @@ import (
 // and the hub refuses one other than its own on objects written before this
 // rule (Joined=False, reason SecretNamespaceNotAllowed).
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.namespace) || self.namespace == ” || (oldSelf.hasValue() && has(oldSelf.value().namespace) && oldSelf.value().namespace == self.namespace)",message="spec.kubeconfigSecretRef.namespace must be omitted: the kubeconfig Secret is always in the hub's namespace",fieldPath=".namespace",optionalOldSelf=true
+// +kubebuilder:validation:XValidation:rule="!has(self.namespace) || size(self.namespace) == 0 || (oldSelf.hasValue() && has(oldSelf.value().namespace) && oldSelf.value().namespace == self.namespace)",message="spec.kubeconfigSecretRef.namespace must be omitted: the kubeconfig Secret is always in the hub's namespace",fieldPath=".namespace",optionalOldSelf=true
 type SecretKeyRef struct {
 	// Namespace is deprecated and must be omitted: the Secret is in the hub's
 	// namespace. Objects that still carry it keep it (it cannot be changed);
