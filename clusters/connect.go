@@ -23,7 +23,10 @@ import (
 // newRun parses the kubeconfig and builds the run for it, or returns why the
 // kubeconfig is unusable (InvalidKubeconfig). Nothing is contacted yet. The
 // caller holds p.mu and has seen the provider started.
-func (p *Provider) newRun(name string, data []byte) (*run, *failure) {
+func (p *Provider) newRun(name string, data []byte, policy fleetv1alpha1.ConnectionPolicy) (*run, *failure) {
+	if bad := checkKubeconfig(data, policy); bad != nil {
+		return nil, bad
+	}
 	cfg, err := p.restConfig(name, data)
 	if err != nil {
 		return nil, &failure{reason: fleetv1alpha1.ReasonInvalidKubeconfig, message: truncate(err.Error())}
@@ -74,6 +77,7 @@ func (p *Provider) restConfig(name string, data []byte) (*rest.Config, error) {
 		return nil, fmt.Errorf("kubeconfig is not usable: %s", quoted.ReplaceAllString(err.Error(), "<redacted>"))
 	}
 	cfg.QPS, cfg.Burst = p.opts.QPS, p.opts.Burst
+	cfg.Wrap(limitErrorBodies)
 	if wrap := p.opts.WrapTransport; wrap != nil {
 		cfg.WrapTransport = transport.Wrappers(cfg.WrapTransport, func(rt http.RoundTripper) http.RoundTripper {
 			return wrap(name, rt)
@@ -89,6 +93,7 @@ func (p *Provider) restConfig(name string, data []byte) (*rest.Config, error) {
 func newProber(cfg *rest.Config, timeout time.Duration) (rest.Interface, error) {
 	pc := rest.CopyConfig(cfg)
 	pc.Timeout = timeout
+	pc.Wrap(limitAllBodies)
 	dc, err := discovery.NewDiscoveryClientForConfig(pc)
 	if err != nil {
 		return nil, fmt.Errorf("building a client from the kubeconfig: %w", err)

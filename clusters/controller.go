@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,7 +46,7 @@ func (p *Provider) SetupWithManager(ctx context.Context, mgr mcmanager.Manager) 
 	if local == nil {
 		return errors.New("clusters provider: local manager is nil")
 	}
-	if err := local.GetFieldIndexer().IndexField(ctx, &fleetv1alpha1.MemberCluster{}, KubeconfigSecretIndex, secretRefKey); err != nil {
+	if err := local.GetFieldIndexer().IndexField(ctx, &fleetv1alpha1.MemberCluster{}, KubeconfigSecretIndex, p.secretRefKey); err != nil {
 		return fmt.Errorf("indexing MemberClusters by kubeconfig Secret: %w", err)
 	}
 
@@ -76,14 +77,19 @@ func (p *Provider) SetupWithManager(ctx context.Context, mgr mcmanager.Manager) 
 	return nil
 }
 
-// secretRefKey is the KubeconfigSecretIndex extractor.
-func secretRefKey(obj client.Object) []string {
+// secretRefKey is the KubeconfigSecretIndex extractor; an omitted namespace
+// is the hub's.
+func (p *Provider) secretRefKey(obj client.Object) []string {
 	mc, ok := obj.(*fleetv1alpha1.MemberCluster)
 	if !ok {
 		return nil
 	}
 	ref := mc.Spec.KubeconfigSecretRef
-	return []string{ref.Namespace + "/" + ref.Name}
+	ns := ref.Namespace
+	if ns == "" {
+		ns = p.opts.SecretNamespace
+	}
+	return []string{ns + "/" + ref.Name}
 }
 
 // membersForSecret maps a Secret event to the MemberClusters referencing it.
@@ -127,7 +133,7 @@ func (p *Provider) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	v, retryIn := p.observe(ctx, name, data, problem)
+	v, retryIn := p.observe(ctx, name, data, problem, mc.Spec.Connection)
 	if err := p.writeStatus(ctx, mc, v); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -142,23 +148,27 @@ func (p *Provider) readKubeconfig(ctx context.Context, mc *fleetv1alpha1.MemberC
 	if key == "" {
 		key = DefaultKubeconfigSecretKey
 	}
+	ns, refused := p.secretKey(ref)
+	if refused != nil {
+		return nil, refused, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, hubCallTimeout)
 	defer cancel()
 	secret := &corev1.Secret{}
-	if err := p.hubReader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
+	if err := p.hubReader.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, &failure{
 				reason:  fleetv1alpha1.ReasonSecretNotFound,
-				message: fmt.Sprintf("Secret %s/%s not found", ref.Namespace, ref.Name),
+				message: fmt.Sprintf("Secret %s/%s not found", ns, ref.Name),
 			}, nil
 		}
-		return nil, nil, fmt.Errorf("getting kubeconfig Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+		return nil, nil, fmt.Errorf("getting kubeconfig Secret %s/%s: %w", ns, ref.Name, err)
 	}
 	data := secret.Data[key]
 	if len(data) == 0 {
 		return nil, &failure{
 			reason:  fleetv1alpha1.ReasonSecretNotFound,
-			message: fmt.Sprintf("Secret %s/%s has no key %q", ref.Namespace, ref.Name, key),
+			message: fmt.Sprintf("Secret %s/%s has no key %q", ns, ref.Name, key),
 		}, nil
 	}
 	return data, nil, nil
@@ -168,12 +178,12 @@ func (p *Provider) readKubeconfig(ctx context.Context, mc *fleetv1alpha1.MemberC
 // last time change nothing, other bytes replace the run (disengage, then
 // connect anew), a problem stops the run. It starts a connect when one is due
 // and returns the member's view and when to retry a failed connect.
-func (p *Provider) observe(ctx context.Context, name string, data []byte, problem *failure) (view, time.Duration) {
+func (p *Provider) observe(ctx context.Context, name string, data []byte, problem *failure, policy fleetv1alpha1.ConnectionPolicy) (view, time.Duration) {
 	log := ctrl.LoggerFrom(ctx)
 	now := time.Now()
 	var hash string
 	if data != nil {
-		sum := sha256.Sum256(data)
+		sum := sha256.Sum256(append(slices.Clone(data), policyKey(policy)...))
 		hash = hex.EncodeToString(sum[:])
 	}
 
@@ -199,7 +209,7 @@ func (p *Provider) observe(ctx context.Context, name string, data []byte, proble
 	default:
 		stopped, m.run = m.run, nil
 		m.hash, m.problem = hash, nil
-		r, bad := p.newRun(name, data)
+		r, bad := p.newRun(name, data, policy)
 		if bad != nil {
 			m.problem, newProblem = bad, bad
 		} else {

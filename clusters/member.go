@@ -139,7 +139,7 @@ func (m *member) refresh(now time.Time, grace time.Duration) (statusChanged, not
 		Engaged:   v.engaged,
 		Ready:     isReady,
 		Reason:    v.ready.reason,
-		Message:   v.ready.message,
+		Message:   tenantMessage(v.ready),
 		Since:     since,
 		LastProbe: v.lastProbe,
 		Backends:  v.backends,

@@ -84,6 +84,10 @@ type Options struct {
 	// own (scheme, logger); the hub uses them to restrict member caches.
 	ClusterOptions []cluster.Option
 
+	// SecretNamespace is the hub's namespace: kubeconfig Secrets are read
+	// from it and from nowhere else. Default: DefaultSecretNamespace.
+	SecretNamespace string
+
 	// WrapTransport, when set, wraps the transport of every member rest config
 	// (clusters, probes and ConfigFor), e.g. for tracing or counting requests.
 	WrapTransport func(cluster string, rt http.RoundTripper) http.RoundTripper
@@ -96,7 +100,9 @@ type Health struct {
 	// Ready is the member's Ready condition: engaged and passing its probes
 	// (within the failure grace period).
 	Ready bool
-	// Reason and Message are the Ready condition's reason and message.
+	// Reason is the Ready condition's reason. Message is a fixed text for
+	// that reason, safe to show tenants: never an address or a member's
+	// answer (the MemberCluster's conditions keep those details).
 	Reason, Message string
 	// Since is when Ready last changed (or the member was first seen).
 	Since time.Time
@@ -162,6 +168,9 @@ func New(opts Options) *Provider {
 	}
 	if opts.Burst == 0 {
 		opts.Burst = DefaultBurst
+	}
+	if opts.SecretNamespace == "" {
+		opts.SecretNamespace = DefaultSecretNamespace
 	}
 	return &Provider{
 		opts:    opts,

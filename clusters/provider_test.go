@@ -324,7 +324,7 @@ func (h *harness) createMemberCluster(t *testing.T, name string) {
 	NewWithT(t).Expect(h.hub.Create(h.ctx, &fleetv1alpha1.MemberCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"test": "clusters"}},
 		Spec: fleetv1alpha1.MemberClusterSpec{
-			KubeconfigSecretRef: fleetv1alpha1.SecretKeyRef{Namespace: secretNamespace, Name: name + "-kubeconfig"},
+			KubeconfigSecretRef: fleetv1alpha1.SecretKeyRef{Name: name + "-kubeconfig"},
 		},
 	})).To(Succeed())
 }

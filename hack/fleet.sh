@@ -118,23 +118,15 @@ cnpg() {
 		-f "$root/hack/kwok/cnpg-stages.yaml" >/dev/null
 }
 
+# register joins a member with the hub's own identity (deploy/member's
+# ServiceAccount, least-privilege RBAC and admission policy), exactly as a real
+# fleet is joined: every run proves that identity is enough.
 register() {
-	local c=$1 i=$2 hub
-	hub=$(kubeconfig hub)
-	"$KUBECTL" --kubeconfig "$hub" -n "$HUB_NS" create secret generic "$c-kubeconfig" \
-		--from-file=kubeconfig="$(kubeconfig "$c")" --dry-run=client -o yaml |
-		"$KUBECTL" --kubeconfig "$hub" apply -f - >/dev/null
-	"$KUBECTL" --kubeconfig "$hub" apply -f - >/dev/null <<YAML
-apiVersion: fleetdb.io/v1alpha1
-kind: MemberCluster
-metadata:
-  name: $c
-  labels: {fleetdb.io/sample: "true", region: region-$i, tier: prod}
-spec:
-  kubeconfigSecretRef: {namespace: $HUB_NS, name: $c-kubeconfig, key: kubeconfig}
-  # A local fleet is one team's: every hub namespace may use its members.
-  namespaceSelector: {}
-YAML
+	local c=$1 i=$2
+	KUBECTL="$KUBECTL" "$root/hack/join-member.sh" --name "$c" \
+		--member-kubeconfig "$(kubeconfig "$c")" --hub-kubeconfig "$(kubeconfig hub)" \
+		--hub-namespace "$HUB_NS" --labels "fleetdb.io/sample=true,region=region-$i,tier=prod" \
+		--all-namespaces >/dev/null
 }
 
 up() {
@@ -151,6 +143,8 @@ up() {
 	hub=$(kubeconfig hub)
 	"$KUBECTL" --kubeconfig "$hub" apply -k "$root/deploy/crds" >/dev/null
 	"$KUBECTL" --kubeconfig "$hub" wait --for=condition=Established crd/databases.fleetdb.io crd/memberclusters.fleetdb.io --timeout=60s >/dev/null
+	# Deletion protection is the API server's (a ValidatingAdmissionPolicy).
+	"$KUBECTL" --kubeconfig "$hub" apply -f "$root/deploy/hub/deletion_protection.yaml" >/dev/null
 	"$KUBECTL" --kubeconfig "$hub" create namespace "$HUB_NS" --dry-run=client -o yaml | "$KUBECTL" --kubeconfig "$hub" apply -f - >/dev/null
 	for c in $(members); do
 		i=$((i + 1))

@@ -160,7 +160,6 @@ metadata:
   labels:$label_yaml
 spec:
   kubeconfigSecretRef:
-    namespace: "$hub_namespace"
     name: "$name-kubeconfig"
     key: kubeconfig${ns_selector:+
   namespaceSelector: $ns_selector}

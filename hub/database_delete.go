@@ -31,6 +31,9 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 		r.state.forget(s.key)
 		return ctrl.Result{}, nil
 	}
+	if r.holdProtected(s) {
+		return ctrl.Result{}, nil // until spec.deletionProtection is false (an update wakes it)
+	}
 	s.results = r.state.resultsFor(s.key)
 	pending, requeue := r.settleTeardowns(ctx, s, r.membersReached(s))
 	if len(pending) == 0 {

@@ -66,6 +66,7 @@ func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.P
 	reg := cfg.Registry
 	reg.Scheme = scheme
 	reg.ClusterOptions = append(MemberClusterOptions(), reg.ClusterOptions...)
+	reg.SecretNamespace = opts.HubNamespace
 	// API calls made inside traced reconciles are client spans of their
 	// trace, in the members and on the hub.
 	wrap := reg.WrapTransport
@@ -86,6 +87,7 @@ func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.P
 	// which would cut every watch. Calls are bounded by their contexts.
 	mgr, err := mcmanager.New(hubCfg, provider, manager.Options{
 		Scheme:                        scheme,
+		Cache:                         hubCacheOptions(opts.HubNamespace),
 		Logger:                        cfg.Logger,
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(cfg.SkipControllerNameValidation)},
 		Metrics:                       metricsserver.Options{BindAddress: orDisabled(cfg.MetricsAddr)},

@@ -243,7 +243,7 @@ func (r *memberSyncReconciler) failureResult(key types.NamespacedName, cluster s
 		res.Status, res.HasWorkload = prev.Status, prev.HasWorkload
 	}
 	res.Status.Phase = fleetv1alpha1.ClusterPhaseDegraded
-	res.Status.Message = truncate(err.Error())
+	res.Status.Message = truncate(redactAddresses(err.Error()))
 	return res
 }
 

@@ -50,7 +50,7 @@ func cnpgDatabase(namespace string, replicas int32) *fleetv1alpha1.Database {
 			Replicas: replicas,
 			Storage:  fleetv1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
 			Resources: &fleetv1alpha1.ResourceSpec{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("512Mi")},
+				Requests: &fleetv1alpha1.ComputeResources{CPU: ptr(resource.MustParse("250m")), Memory: ptr(resource.MustParse("512Mi"))},
 			},
 		},
 	}

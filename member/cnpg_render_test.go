@@ -63,8 +63,8 @@ func TestRenderCNPGOverridesVersionAndResources(t *testing.T) {
 	db := cnpgTestDatabase(func(db *fleetv1alpha1.Database) {
 		db.Spec.Version = "16.4"
 		db.Spec.Resources = &fleetv1alpha1.ResourceSpec{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")},
-			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+			Requests: &fleetv1alpha1.ComputeResources{CPU: ptr(resource.MustParse("250m"))},
+			Limits:   &fleetv1alpha1.ComputeResources{Memory: ptr(resource.MustParse("1Gi"))},
 		}
 		db.Spec.Overrides = []fleetv1alpha1.OverrideSpec{{ClusterNames: []string{"us-1"}, Replicas: ptr(int32(1)), StorageClassName: ptr("slow")}}
 	})

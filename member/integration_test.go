@@ -459,7 +459,7 @@ func testObserve(t *testing.T, ctx context.Context, e *env) {
 	// A new hub generation changes the StatefulSet: until its controller observes it, the generation is unknown.
 	setStatus(func(sts *appsv1.StatefulSet) { sts.Status.ReadyReplicas = 3 })
 	db.Generation = 5
-	db.Spec.Resources = &fleetv1alpha1.ResourceSpec{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}}
+	db.Spec.Resources = &fleetv1alpha1.ResourceSpec{Requests: &fleetv1alpha1.ComputeResources{CPU: new(resource.MustParse("250m"))}}
 	e.apply(t, ctx, renderFor(t, db, ""), memo)
 	st, err = member.Observe(ctx, e.counted, db, "m1")
 	g.Expect(err).NotTo(HaveOccurred())

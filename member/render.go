@@ -54,8 +54,9 @@ func headlessName(db string) string  { return db + "-hl" }
 // Every object has its TypeMeta set. Render is pure; its errors never carry
 // credential values.
 //
-// The Namespace is rendered bare: it may belong to the user, so Apply only
-// creates it when missing and Teardown never deletes it.
+// The Namespace is rendered bare but for LabelManagedNamespace: it may belong
+// to the user, so Apply only creates it when missing and Teardown never
+// deletes it.
 func Render(p Params) ([]client.Object, error) {
 	db := p.Database
 	if db == nil {
@@ -188,8 +189,12 @@ func (r renderer) meta(name string) metav1.ObjectMeta {
 
 func (r renderer) namespace() *corev1.Namespace {
 	return &corev1.Namespace{
-		TypeMeta:   typeMeta(corev1.SchemeGroupVersion, "Namespace"),
-		ObjectMeta: metav1.ObjectMeta{Name: r.db.Namespace},
+		TypeMeta: typeMeta(corev1.SchemeGroupVersion, "Namespace"),
+		ObjectMeta: metav1.ObjectMeta{Name: r.db.Namespace, Labels: map[string]string{
+			// The member's admission policy (deploy/member) lets the hub's
+			// identity write only in namespaces that carry it.
+			fleetv1alpha1.LabelManagedNamespace: fleetv1alpha1.ManagedByValue,
+		}},
 	}
 }
 
@@ -262,8 +267,8 @@ func (r renderer) image() string {
 func (r renderer) resources() corev1.ResourceRequirements {
 	var res corev1.ResourceRequirements
 	if r.eff.resources != nil {
-		res.Requests = r.eff.resources.Requests.DeepCopy()
-		res.Limits = r.eff.resources.Limits.DeepCopy()
+		res.Requests = r.eff.resources.Requests.List()
+		res.Limits = r.eff.resources.Limits.List()
 	}
 	return res
 }

@@ -120,8 +120,10 @@ func TestRenderMetadata(t *testing.T) {
 	}
 	for k, o := range r.objs {
 		if k == "Namespace/team-a" {
-			// The namespace may be the user's: fleetdb marks nothing on it.
-			g.Expect(o.GetLabels()).To(BeEmpty())
+			// The namespace may be the user's: fleetdb marks nothing on it
+			// but the label the member's admission policy requires of a
+			// namespace it creates (an existing one is never changed).
+			g.Expect(o.GetLabels()).To(Equal(map[string]string{fleetv1alpha1.LabelManagedNamespace: fleetv1alpha1.ManagedByValue}))
 			g.Expect(o.GetAnnotations()).To(BeEmpty())
 			continue
 		}
@@ -262,11 +264,11 @@ func TestRenderEngines(t *testing.T) {
 
 func TestRenderOverrides(t *testing.T) {
 	withOverrides := func(db *fleetv1alpha1.Database) {
-		db.Spec.Resources = &fleetv1alpha1.ResourceSpec{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}}
+		db.Spec.Resources = &fleetv1alpha1.ResourceSpec{Requests: &fleetv1alpha1.ComputeResources{CPU: ptr(resource.MustParse("500m"))}}
 		db.Spec.Overrides = []fleetv1alpha1.OverrideSpec{
 			{ClusterNames: []string{"us-1", "us-2"}, Replicas: ptr(int32(1)), StorageClassName: ptr("standard")},
 			{ClusterNames: []string{"ap-1"}, Resources: &fleetv1alpha1.ResourceSpec{
-				Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")},
+				Limits: &fleetv1alpha1.ComputeResources{Memory: ptr(resource.MustParse("2Gi"))},
 			}},
 		}
 	}

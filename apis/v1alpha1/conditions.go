@@ -162,7 +162,25 @@ const (
 	ReasonTLSError = "TLSError"
 	// ReasonNotReady: the member answered /readyz with an error.
 	ReasonNotReady = "NotReady"
+	// ReasonSecretNamespaceNotAllowed: kubeconfigSecretRef names a Secret
+	// outside the hub's namespace; the hub does not read it.
+	ReasonSecretNamespaceNotAllowed = "SecretNamespaceNotAllowed"
+	// ReasonInsecureKubeconfig: the kubeconfig skips TLS verification, uses a
+	// proxy or a server that is not https, and the MemberCluster's
+	// spec.connection does not allow it.
+	ReasonInsecureKubeconfig = "InsecureKubeconfig"
+
+	// ReasonDeletionProtected: the Database is being deleted while
+	// spec.deletionProtection is true; the hub tears nothing down until it is
+	// set to false.
+	ReasonDeletionProtected = "DeletionProtected"
 )
+
+// LabelManagedNamespace marks the member namespaces fleetdb created (value
+// ManagedByValue). The member's ValidatingAdmissionPolicy
+// (deploy/member) lets the hub's identity write only in namespaces that carry
+// it, and create a namespace only with it.
+const LabelManagedNamespace = "fleetdb.io/managed-namespace"
 
 // Database phases.
 const (

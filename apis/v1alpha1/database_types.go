@@ -69,6 +69,7 @@ type DatabaseSpec struct {
 	// Version is the engine version, such as "17" or "8.4". When empty the hub
 	// uses the engine's default (postgres 17, mysql 8.4).
 	// +optional
+	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+){0,2}$`
 	Version string `json:"version,omitempty"`
@@ -112,6 +113,13 @@ type DatabaseSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Teardown TeardownSpec `json:"teardown,omitempty"`
+
+	// DeletionProtection, when true, makes the API server refuse to delete the
+	// Database (the ValidatingAdmissionPolicy fleetdb-deletion-protection in
+	// deploy/hub) and the hub refuse to tear it down. Set it to false first to
+	// delete the Database.
+	// +optional
+	DeletionProtection bool `json:"deletionProtection,omitempty"`
 }
 
 // StorageSpec is the persistent storage of each instance.
@@ -119,6 +127,9 @@ type StorageSpec struct {
 	// Size of each instance's volume; must be greater than zero.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="spec.storage.size must be greater than 0"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Ti')) <= 0",message="spec.storage.size must be at most 64Ti"
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=32
 	Size resource.Quantity `json:"size"`
 
 	// StorageClassName of the volume claims; the member's default class when empty.
@@ -128,14 +139,63 @@ type StorageSpec struct {
 	StorageClassName string `json:"storageClassName,omitempty"`
 }
 
-// ResourceSpec holds the compute requests and limits of an instance.
+// ResourceSpec holds the compute requests and limits of an instance. The API
+// server refuses negative quantities, quantities above the bounds (cpu 256,
+// memory and ephemeral-storage 4Ti) and a limit below its request.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.requests) || !has(self.limits) || ((!has(self.requests.cpu) || !has(self.limits.cpu) || quantity(string(self.limits.cpu)).compareTo(quantity(string(self.requests.cpu))) >= 0) && (!has(self.requests.memory) || !has(self.limits.memory) || quantity(string(self.limits.memory)).compareTo(quantity(string(self.requests.memory))) >= 0) && (!has(self.requests.ephemeral__dash__storage) || !has(self.limits.ephemeral__dash__storage) || quantity(string(self.limits.ephemeral__dash__storage)).compareTo(quantity(string(self.requests.ephemeral__dash__storage))) >= 0))",message="limits must be greater than or equal to requests",fieldPath=".limits"
 type ResourceSpec struct {
 	// Requests are the minimum resources of each instance.
 	// +optional
-	Requests corev1.ResourceList `json:"requests,omitempty"`
+	Requests *ComputeResources `json:"requests,omitempty"`
 	// Limits are the maximum resources of each instance.
 	// +optional
-	Limits corev1.ResourceList `json:"limits,omitempty"`
+	Limits *ComputeResources `json:"limits,omitempty"`
+}
+
+// ComputeResources are the amounts of each resource of an instance. Quantities
+// are bounded in length so that the API server can afford to check them.
+type ComputeResources struct {
+	// CPU in cores, such as 500m or 2; between 0 and 256.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="!quantity(string(self)).isLessThan(quantity('0'))",message="cpu must not be negative"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('256')) <= 0",message="cpu must be at most 256"
+	CPU *resource.Quantity `json:"cpu,omitempty"`
+	// Memory, such as 512Mi; between 0 and 4Ti.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="!quantity(string(self)).isLessThan(quantity('0'))",message="memory must not be negative"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('4Ti')) <= 0",message="memory must be at most 4Ti"
+	Memory *resource.Quantity `json:"memory,omitempty"`
+	// EphemeralStorage is local scratch space, such as 1Gi; between 0 and 4Ti.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="!quantity(string(self)).isLessThan(quantity('0'))",message="ephemeral-storage must not be negative"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('4Ti')) <= 0",message="ephemeral-storage must be at most 4Ti"
+	EphemeralStorage *resource.Quantity `json:"ephemeral-storage,omitempty"`
+}
+
+// List returns the amounts as a core ResourceList; nil when c is nil or empty.
+func (c *ComputeResources) List() corev1.ResourceList {
+	if c == nil {
+		return nil
+	}
+	out := corev1.ResourceList{}
+	for name, q := range map[corev1.ResourceName]*resource.Quantity{
+		corev1.ResourceCPU: c.CPU, corev1.ResourceMemory: c.Memory, corev1.ResourceEphemeralStorage: c.EphemeralStorage,
+	} {
+		if q != nil {
+			out[name] = q.DeepCopy()
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // PlacementSpec chooses member clusters: the union of ClusterNames and the

@@ -4,14 +4,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// SecretKeyRef points at one key of a Secret on the hub.
+// SecretKeyRef points at one key of a Secret in the hub's namespace.
+//
+// The Secret is always in the namespace the hub runs in (--hub-namespace,
+// fleetdb-system by default): a MemberCluster can never make the hub read a
+// Secret elsewhere. The namespace is a deploy-time value the CRD cannot know,
+// so the field is not a choice: the API server refuses a new namespace (CEL),
+// and the hub refuses one other than its own on objects written before this
+// rule (Joined=False, reason SecretNamespaceNotAllowed).
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.namespace) || size(self.namespace) == 0 || (oldSelf.hasValue() && has(oldSelf.value().namespace) && oldSelf.value().namespace == self.namespace)",message="spec.kubeconfigSecretRef.namespace must be omitted: the kubeconfig Secret is always in the hub's namespace",fieldPath=".namespace",optionalOldSelf=true
 type SecretKeyRef struct {
-	// Namespace of the Secret.
-	// +required
-	// +kubebuilder:validation:MinLength=1
+	// Namespace is deprecated and must be omitted: the Secret is in the hub's
+	// namespace. Objects that still carry it keep it (it cannot be changed);
+	// the hub refuses any namespace but its own.
+	// +optional
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
-	Namespace string `json:"namespace"`
+	Namespace string `json:"namespace,omitempty"`
 	// Name of the Secret.
 	// +required
 	// +kubebuilder:validation:MinLength=1
@@ -44,6 +53,28 @@ type MemberClusterSpec struct {
 	// not use is Stalled; a clusterSelector never selects such a member.
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	// Connection opts in to kubeconfig settings the hub refuses by default.
+	// +optional
+	Connection ConnectionPolicy `json:"connection,omitempty"`
+}
+
+// ConnectionPolicy lists the weaker ways to reach a member that the hub
+// accepts only when asked to. A kubeconfig that uses one without its opt-in
+// is refused (Joined=False, reason InsecureKubeconfig).
+type ConnectionPolicy struct {
+	// AllowInsecureSkipTLSVerify accepts insecure-skip-tls-verify: the hub
+	// then does not verify the member's certificate (anyone on the path can
+	// impersonate the member and read the hub's token).
+	// +optional
+	AllowInsecureSkipTLSVerify bool `json:"allowInsecureSkipTLSVerify,omitempty"`
+	// AllowProxyURL accepts a proxy-url: the hub's traffic to the member goes
+	// through that proxy.
+	// +optional
+	AllowProxyURL bool `json:"allowProxyURL,omitempty"`
+	// AllowHTTP accepts a server address that is not https: no TLS at all,
+	// credentials travel in the clear. For local test fleets only.
+	// +optional
+	AllowHTTP bool `json:"allowHTTP,omitempty"`
 }
 
 // MemberClusterStatus is what the hub's probes observe of a member.

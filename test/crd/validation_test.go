@@ -109,16 +109,35 @@ func TestValidation(t *testing.T) {
 		{"name not a DNS-1035 label", database(t, "1orders", `{}`), []string{"metadata.name", "DNS-1035"}},
 		{"name too long for member objects", database(t, "orders-"+strings.Repeat("x", 40), `{}`), []string{"metadata.name", "at most 40"}},
 		{"resources not quantities", database(t, "a30", `{resources: {requests: {cpu: "fast"}}}`), []string{"spec.resources.requests.cpu"}},
-		{"StatefulSet backend with replicas", database(t, "b1", `{backend: StatefulSet, replicas: 3}`), []string{"StatefulSet backend", "replicas", "CloudNativePG"}},
-		{"StatefulSet backend with override replicas", database(t, "b2", `{backend: StatefulSet, overrides: [{clusterNames: [eu-1], replicas: 2}]}`), []string{"StatefulSet backend", "CloudNativePG"}},
-		{"mysql with replicas", database(t, "b3", `{engine: mysql, replicas: 2}`), []string{"StatefulSet backend", "mysql", "CloudNativePG"}},
-		{"mysql on CloudNativePG", database(t, "b4", `{engine: mysql, backend: CloudNativePG}`), []string{"spec.backend", "mysql"}},
-		{"backend unknown", database(t, "b5", `{backend: Operator}`), []string{"spec.backend", "Unsupported value"}},
+		{"StatefulSet backend with replicas", database(t, "k1", `{backend: StatefulSet, replicas: 3}`), []string{"StatefulSet backend", "replicas", "CloudNativePG"}},
+		{"StatefulSet backend with override replicas", database(t, "k2", `{backend: StatefulSet, overrides: [{clusterNames: [eu-1], replicas: 2}]}`), []string{"StatefulSet backend", "CloudNativePG"}},
+		{"mysql with replicas", database(t, "k3", `{engine: mysql, replicas: 2}`), []string{"StatefulSet backend", "mysql", "CloudNativePG"}},
+		{"mysql on CloudNativePG", database(t, "k4", `{engine: mysql, backend: CloudNativePG}`), []string{"spec.backend", "mysql"}},
+		{"backend unknown", database(t, "k5", `{backend: Operator}`), []string{"spec.backend", "Unsupported value"}},
+		// Issue 10 item 11: resources are bounded, non-negative, limits >= requests.
+		{"request negative", database(t, "b1", `{resources: {requests: {cpu: "-1"}}}`), []string{"spec.resources.requests.cpu", "cpu must not be negative"}},
+		{"limit negative", database(t, "b2", `{resources: {limits: {memory: "-1Gi"}}}`), []string{"spec.resources.limits.memory", "memory must not be negative"}},
+		{"limit below request", database(t, "b3", `{resources: {requests: {memory: 2Gi}, limits: {memory: 1Gi}}}`), []string{"spec.resources.limits", "greater than or equal to requests"}},
+		{"cpu limit below request", database(t, "b4", `{resources: {requests: {cpu: "2"}, limits: {cpu: 1500m}}}`), []string{"spec.resources.limits", "greater than or equal to requests"}},
+		{"cpu request unbounded", database(t, "b5", `{resources: {requests: {cpu: "100k"}}}`), []string{"spec.resources.requests.cpu", "cpu must be at most 256"}},
+		{"memory limit unbounded", database(t, "b6", `{resources: {limits: {memory: 5Ti}}}`), []string{"spec.resources.limits.memory", "memory must be at most 4Ti"}},
+		{"override limit below request", database(t, "b8", `{overrides: [{clusterNames: [eu-1], resources: {requests: {cpu: "2"}, limits: {cpu: "1"}}}]}`), []string{"spec.overrides[0].resources.limits", "greater than or equal to requests"}},
+		{"override request negative", database(t, "b9", `{overrides: [{clusterNames: [eu-1], resources: {requests: {memory: "-5Mi"}}}]}`), []string{"spec.overrides[0].resources.requests.memory", "memory must not be negative"}},
+		{"ephemeral storage request negative", database(t, "b12", `{resources: {requests: {ephemeral-storage: "-1"}}}`), []string{"spec.resources.requests.ephemeral-storage", "must not be negative"}},
+		{"ephemeral storage limit below request", database(t, "b13", `{resources: {requests: {ephemeral-storage: 2Gi}, limits: {ephemeral-storage: 1Gi}}}`), []string{"spec.resources.limits", "greater than or equal to requests"}},
+		{"quantity too long", database(t, "b14", `{resources: {requests: {memory: "1000000000000000000000000000000000000m"}}}`), []string{"spec.resources.requests.memory"}},
+		{"storage size unbounded", database(t, "b10", `{storage: {size: 65Ti}}`), []string{"spec.storage.size", "at most 64Ti"}},
+		{"deletion protection not a bool", database(t, "b11", `{deletionProtection: "yes"}`), []string{"spec.deletionProtection", "boolean"}},
 		{"member without secret ref", memberCluster(t, "m1", `{}`), []string{"spec.kubeconfigSecretRef", "Required"}},
-		{"member secret ref without name", memberCluster(t, "m2", `{kubeconfigSecretRef: {namespace: fleetdb-system}}`), []string{"spec.kubeconfigSecretRef.name", "Required"}},
-		{"member secret ref without namespace", memberCluster(t, "m3", `{kubeconfigSecretRef: {name: m3}}`), []string{"spec.kubeconfigSecretRef.namespace", "Required"}},
-		{"member secret ref empty key", memberCluster(t, "m4", `{kubeconfigSecretRef: {namespace: a, name: b, key: ""}}`), []string{"spec.kubeconfigSecretRef.key"}},
-		{"member name not a DNS label", memberCluster(t, "eu.1", `{kubeconfigSecretRef: {namespace: a, name: b}}`), []string{"metadata.name", "DNS label"}},
+		{"member secret ref without name", memberCluster(t, "m2", `{kubeconfigSecretRef: {key: kubeconfig}}`), []string{"spec.kubeconfigSecretRef.name", "Required"}},
+		// Issue 10 item 6: the kubeconfig Secret is always in the hub's namespace.
+		{"member secret ref in another namespace", memberCluster(t, "m3", `{kubeconfigSecretRef: {namespace: team-a, name: m3}}`), []string{"spec.kubeconfigSecretRef.namespace", "must be omitted"}},
+		{"member secret ref empty key", memberCluster(t, "m4", `{kubeconfigSecretRef: {name: b, key: ""}}`), []string{"spec.kubeconfigSecretRef.key"}},
+		{"member name not a DNS label", memberCluster(t, "eu.1", `{kubeconfigSecretRef: {name: b}}`), []string{"metadata.name", "DNS label"}},
+		// Issue 10 item 7: the opt-ins are booleans, named in the message.
+		{"member insecure opt-in not a bool", memberCluster(t, "m5", `{kubeconfigSecretRef: {name: b}, connection: {allowInsecureSkipTLSVerify: "sure"}}`), []string{"spec.connection.allowInsecureSkipTLSVerify", "boolean"}},
+		{"member proxy opt-in not a bool", memberCluster(t, "m6", `{kubeconfigSecretRef: {name: b}, connection: {allowProxyURL: 1}}`), []string{"spec.connection.allowProxyURL", "boolean"}},
+		{"member http opt-in not a bool", memberCluster(t, "m7", `{kubeconfigSecretRef: {name: b}, connection: {allowHTTP: "no"}}`), []string{"spec.connection.allowHTTP", "boolean"}},
 	}
 	for _, tc := range invalid {
 		t.Run("rejects "+tc.name, func(t *testing.T) {
@@ -209,10 +228,23 @@ teardown: {unreachableTimeout: 90s}
 
 	t.Run("accepts a MemberCluster and defaults the key", func(t *testing.T) {
 		g := NewWithT(t)
-		g.Expect(hub.Create(ctx(t), memberCluster(t, "eu-1", `{kubeconfigSecretRef: {namespace: fleetdb-system, name: eu-1-kubeconfig}}`))).To(Succeed())
+		g.Expect(hub.Create(ctx(t), memberCluster(t, "eu-1", `{kubeconfigSecretRef: {name: eu-1-kubeconfig}, connection: {allowHTTP: true}}`))).To(Succeed())
 		var mc fleetv1alpha1.MemberCluster
 		g.Expect(hub.Get(ctx(t), client.ObjectKey{Name: "eu-1"}, &mc)).To(Succeed())
 		g.Expect(mc.Spec.KubeconfigSecretRef.Key).To(Equal("kubeconfig"))
+		g.Expect(mc.Spec.Connection.AllowHTTP).To(BeTrue())
+	})
+
+	t.Run("accepts resources at their bounds and limits equal to requests", func(t *testing.T) {
+		g := NewWithT(t)
+		g.Expect(hub.Create(ctx(t), database(t, "bounds", `
+resources: {requests: {cpu: 256, memory: 4Ti, ephemeral-storage: 1Gi}, limits: {cpu: "256", memory: 4Ti, ephemeral-storage: 10Gi}}
+storage: {size: 64Ti}
+deletionProtection: true
+`))).To(Succeed())
+		var db fleetv1alpha1.Database
+		g.Expect(hub.Get(ctx(t), client.ObjectKey{Namespace: "default", Name: "bounds"}, &db)).To(Succeed())
+		g.Expect(db.Spec.DeletionProtection).To(BeTrue())
 	})
 }
 

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -197,9 +198,9 @@ func NewDatabase(namespace, name string, replicas int32, members []string) *flee
 			Version:  "17",
 			Replicas: replicas,
 			Storage:  fleetv1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
-			Resources: &fleetv1alpha1.ResourceSpec{Requests: corev1.ResourceList{
-				corev1.ResourceCPU:    resource.MustParse("10m"),
-				corev1.ResourceMemory: resource.MustParse("32Mi"),
+			Resources: &fleetv1alpha1.ResourceSpec{Requests: &fleetv1alpha1.ComputeResources{
+				CPU:    ptr.To(resource.MustParse("10m")),
+				Memory: ptr.To(resource.MustParse("32Mi")),
 			}},
 			Placement: fleetv1alpha1.PlacementSpec{ClusterNames: slices.Clone(members)},
 			Rollout:   fleetv1alpha1.RolloutSpec{MaxUnavailable: 1},

@@ -261,7 +261,12 @@ func RolloutSpec(ctx context.Context, in RolloutInput) {
 			g.Expect(s.written).To(ConsistOf(writtenOK), "the hub wrote another member while %v were not Ready", batch)
 			g.Expect(s.inFlight).To(ConsistOf(batch))
 			cur := GetDatabase(ctx, g, f, key)
-			g.Expect(Condition(cur.Status.Conditions, fleetv1alpha1.ConditionReady).Status).NotTo(Equal(metav1.ConditionTrue))
+			// Ready=True from the previous generation may still be there
+			// for a moment after the hub wrote the member (its status write
+			// follows the member's result); on this generation it must not be.
+			ready := Condition(cur.Status.Conditions, fleetv1alpha1.ConditionReady)
+			g.Expect(ready.Status == metav1.ConditionTrue && ready.ObservedGeneration >= gen).To(BeFalse(),
+				"Ready=True on generation %d while %v are not Ready", ready.ObservedGeneration, batch)
 		}).WithContext(ctx).WithTimeout(f.Intervals.Hold).WithPolling(f.Intervals.Poll).Should(Succeed())
 
 		for _, m := range batch {

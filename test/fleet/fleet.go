@@ -221,6 +221,13 @@ func StartControlPlaneWith(name, assets string, crdPaths []string) (*ControlPlan
 		_ = env.Stop()
 		return nil, fmt.Errorf("kubeconfig for %s: %w", name, err)
 	}
+	// A hub (it gets fleetdb's CRDs) gets the hub's admission policies too.
+	if slices.Contains(crdPaths, filepath.Join(RepoRoot(), "deploy", "crds")) {
+		if err := ApplyManifests(context.Background(), cp.Client, HubPolicies...); err != nil {
+			_ = env.Stop()
+			return nil, fmt.Errorf("admission policies for %s: %w", name, err)
+		}
+	}
 	return cp, nil
 }
 

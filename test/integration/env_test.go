@@ -66,6 +66,8 @@ type envOptions struct {
 	logs io.Writer
 	// withoutCNPG are members without CloudNativePG's CRDs.
 	withoutCNPG []string
+	// hubWrap, when set, wraps the transport of the hub manager's hub client.
+	hubWrap func(http.RoundTripper) http.RoundTripper
 }
 
 func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
@@ -86,6 +88,9 @@ func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 
 	hubCfg := rest.CopyConfig(f.Hub.Config)
 	hubCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return e.writes.Wrap("hub", rt) })
+	if opts.hubWrap != nil {
+		hubCfg.Wrap(opts.hubWrap)
+	}
 	mgr, _, err := hub.NewManager(e.ctx, hub.Config{
 		Hub: hubCfg,
 		Options: hub.Options{
@@ -147,7 +152,7 @@ func registerOn(t *testing.T, ctx context.Context, hubClient client.Client, name
 	g.Expect(e.hub.Create(e.ctx, &fleetv1alpha1.MemberCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: fleetv1alpha1.MemberClusterSpec{KubeconfigSecretRef: fleetv1alpha1.SecretKeyRef{
-			Namespace: hubNS, Name: name + "-kubeconfig", Key: "kubeconfig",
+			Name: name + "-kubeconfig", Key: "kubeconfig",
 		}, NamespaceSelector: &metav1.LabelSelector{}}, // every test namespace may use it
 	})).To(Succeed())
 }
@@ -313,7 +318,8 @@ func newCNPGDB(ns, name string, members ...string) *fleetv1alpha1.Database {
 
 // cpuRequest is a resources spec asking for cpu.
 func cpuRequest(cpu string) *fleetv1alpha1.ResourceSpec {
-	return &fleetv1alpha1.ResourceSpec{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}
+	q := resource.MustParse(cpu)
+	return &fleetv1alpha1.ResourceSpec{Requests: &fleetv1alpha1.ComputeResources{CPU: &q}}
 }
 
 // clusterInstances reads spec.instances of the CloudNativePG Cluster in a member (-1 when it is missing).

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -58,7 +59,8 @@ func TestHubBase(t *testing.T) {
 		mustFind[*corev1.Namespace](t, objs, "", hubNamespace)
 		for _, o := range objs {
 			switch o.(type) {
-			case *corev1.Namespace, *apiextensionsv1.CustomResourceDefinition, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding:
+			case *corev1.Namespace, *apiextensionsv1.CustomResourceDefinition, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding,
+				*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
 				g.Expect(o.GetNamespace()).To(BeEmpty(), "%s is cluster-scoped", describe([]client.Object{o}))
 			default:
 				g.Expect(o.GetNamespace()).To(Equal(hubNamespace), "%s lives in the hub namespace", describe([]client.Object{o}))

@@ -28,7 +28,7 @@ const (
 // of it is needed: fleetdb's objects in any namespace, the namespace itself
 // only created.
 var resourceVerbs = map[string][]string{
-	"namespaces":                  {"get", "list", "watch", "create"},
+	"namespaces":                  {"get", "create"},
 	"secrets":                     manage,
 	"configmaps":                  manage,
 	"services":                    manage,
@@ -125,6 +125,7 @@ func TestMemberBase(t *testing.T) {
 		for _, p := range []permission{
 			{resource: "namespaces", verb: "delete"},
 			{resource: "namespaces", verb: "update"},
+			{resource: "namespaces", verb: "list"},
 			{resource: "pods", verb: "get"},
 			{resource: "nodes", verb: "list"},
 			{resource: "serviceaccounts", verb: "create"},
