@@ -226,7 +226,9 @@ func CNPGMissingSpec(ctx context.Context, in CNPGInput) {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cmp.Or(in.HubNamespace, "fleetdb-system"), Name: bare + "-kubeconfig"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}
 	g.Expect(hub.Create(ctx, secret)).To(Succeed())
 	mc := &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: bare}, Spec: fleetv1alpha1.MemberClusterSpec{
-		KubeconfigSecretRef: fleetv1alpha1.SecretKeyRef{Namespace: secret.Namespace, Name: secret.Name, Key: "kubeconfig"}}}
+		KubeconfigSecretRef: fleetv1alpha1.SecretKeyRef{Name: secret.Name, Key: "kubeconfig"},
+		NamespaceSelector:   &metav1.LabelSelector{}, // every test namespace may use it
+	}}
 	g.Expect(hub.Create(ctx, mc)).To(Succeed())
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
