@@ -112,17 +112,23 @@ func (r *memberSyncReconciler) memberObjectEvents(gvk schema.GroupVersionKind, d
 // allDatabases maps a registry change to every Database: placement may change.
 func allDatabases(c client.Client) func(context.Context, client.Object) []mcreconcile.Request {
 	return func(ctx context.Context, _ client.Object) []mcreconcile.Request {
-		var list fleetv1alpha1.DatabaseList
-		if err := c.List(ctx, &list); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "listing databases for a registry change")
-			return nil
-		}
-		out := make([]mcreconcile.Request, 0, len(list.Items))
-		for i := range list.Items {
-			out = append(out, request("", client.ObjectKeyFromObject(&list.Items[i])))
-		}
-		return out
+		return listDatabases(ctx, c, "a registry change")
 	}
+}
+
+// listDatabases lists the Databases (with opts) as requests to the Database
+// controller; why names the event for the log line of a failed list.
+func listDatabases(ctx context.Context, c client.Client, why string, opts ...client.ListOption) []mcreconcile.Request {
+	var list fleetv1alpha1.DatabaseList
+	if err := c.List(ctx, &list, opts...); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing databases for "+why)
+		return nil
+	}
+	out := make([]mcreconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, request("", client.ObjectKeyFromObject(&list.Items[i])))
+	}
+	return out
 }
 
 // databaseOfMemberObject maps a member object to its hub Database by label.

@@ -63,15 +63,6 @@ func notAllowedMessage(db *fleetv1alpha1.Database, denied []string) string {
 // the members they may use may have changed.
 func databasesIn(c client.Client) func(context.Context, client.Object) []mcreconcile.Request {
 	return func(ctx context.Context, obj client.Object) []mcreconcile.Request {
-		var list fleetv1alpha1.DatabaseList
-		if err := c.List(ctx, &list, client.InNamespace(obj.GetName())); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "listing databases for a namespace change")
-			return nil
-		}
-		out := make([]mcreconcile.Request, 0, len(list.Items))
-		for i := range list.Items {
-			out = append(out, request("", client.ObjectKeyFromObject(&list.Items[i])))
-		}
-		return out
+		return listDatabases(ctx, c, "a namespace change", client.InNamespace(obj.GetName()))
 	}
 }

@@ -60,23 +60,10 @@ func (r renderer) basicAuthSecret() *corev1.Secret {
 
 // primaryService is the client Service "<name>": the primary, like CloudNativePG's "<name>-rw".
 func (r renderer) primaryService() *corev1.Service {
-	return &corev1.Service{
-		TypeMeta:   typeMeta(corev1.SchemeGroupVersion, "Service"),
-		ObjectMeta: r.meta(r.db.Name),
-		Spec: corev1.ServiceSpec{
-			Type: corev1.ServiceTypeClusterIP,
-			Selector: map[string]string{
-				cnpgClusterLabel:      r.db.Name,
-				cnpgInstanceRoleLabel: "primary",
-			},
-			Ports: []corev1.ServicePort{{
-				Name:       "postgres",
-				Port:       cnpgPort,
-				TargetPort: intstr.FromInt32(cnpgPort),
-				Protocol:   corev1.ProtocolTCP,
-			}},
-		},
-	}
+	return r.clientService(
+		map[string]string{cnpgClusterLabel: r.db.Name, cnpgInstanceRoleLabel: "primary"},
+		[]corev1.ServicePort{{Name: "postgres", Port: cnpgPort, TargetPort: intstr.FromInt32(cnpgPort), Protocol: corev1.ProtocolTCP}},
+	)
 }
 
 // cnpgImage is CloudNativePG's operand image for the major version.

@@ -229,14 +229,15 @@ func (r renderer) servicePorts() []corev1.ServicePort {
 }
 
 func (r renderer) service() *corev1.Service {
+	return r.clientService(podSelector(r.db), r.servicePorts())
+}
+
+// clientService is the client Service "<name>" over the pods of selector.
+func (r renderer) clientService(selector map[string]string, ports []corev1.ServicePort) *corev1.Service {
 	return &corev1.Service{
 		TypeMeta:   typeMeta(corev1.SchemeGroupVersion, "Service"),
 		ObjectMeta: r.meta(r.db.Name),
-		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeClusterIP,
-			Selector: podSelector(r.db),
-			Ports:    r.servicePorts(),
-		},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Selector: selector, Ports: ports},
 	}
 }
 

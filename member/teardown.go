@@ -2,14 +2,12 @@ package member
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 
 	"github.com/hashicorp/go-multierror"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -132,19 +130,10 @@ func releaseManaged(ctx context.Context, c client.Client, k managedKind, o Owner
 	if err != nil {
 		return err
 	}
-	strip := map[string]any{}
-	for _, l := range releasedLabels {
-		strip[l] = nil
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": strip}})
-	if err != nil {
-		return err
-	}
 	var errs *multierror.Error
 	for _, obj := range objs {
-		err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(fleetv1alpha1.FieldManager))
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = multierror.Append(errs, fmt.Errorf("releasing %s: %w", k.describe(obj), err))
+		if err := patchLabelsAway(ctx, c, obj); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("%s: %w", k.describe(obj), err))
 		}
 	}
 	return errs.ErrorOrNil()
