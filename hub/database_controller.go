@@ -155,6 +155,10 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		prevAllowed = prev.allowed
 	}
 	allowed := planRollout(db, placed.Targets, results, prevAllowed, r.reachable)
+	creds, rotation, err := r.reconcileRotation(ctx, db, creds, placed.Targets, results)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	p := &plan{
 		uid:         db.UID,
 		generation:  db.Generation,
@@ -175,6 +179,7 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		unreachable: r.unreachable,
 		now:         r.now(),
 	})
+	rotation.apply(&st)
 	r.memberEvents(db, st)
 	if err := r.writeStatus(ctx, db, st); err != nil {
 		return ctrl.Result{}, err
@@ -351,7 +356,7 @@ func (r *databaseReconciler) credentialsFromMembers(ctx context.Context, db *fle
 		}
 		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "CredentialsRecovered", "Credentials",
 			"the hub credentials Secret was missing; restored it from member %s", c.Name)
-		return map[string][]byte{"username": s.Data["username"], "password": s.Data["password"]}
+		return recoverableCredentials(s.Data)
 	}
 	return nil
 }

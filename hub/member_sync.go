@@ -135,8 +135,15 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 	}
 
 	outcome := outcomeObserved
+	rotation, err := r.prepareRotation(ctx, c, db, p)
+	if err != nil {
+		tel.failed(errReasonObserve, err)
+		r.recordFailure(key, cluster, err)
+		return ctrl.Result{}, err
+	}
+	applied := false
 	if role == roleApply && db.Generation == p.generation {
-		res, err := r.apply(ctx, cl.GetAPIReader(), c, cluster, db, p)
+		res, err := r.apply(ctx, cl.GetAPIReader(), c, cluster, db, p, rotation.creds)
 		tel.appliedObjects(res)
 		if err != nil {
 			var conflict *member.ConflictError
@@ -153,6 +160,13 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 			return ctrl.Result{}, err
 		}
 		outcome = outcomeSynced
+		applied = true
+	}
+	report, requeue, err := r.finishRotation(ctx, c, cluster, db, p, rotation, applied)
+	if err != nil {
+		tel.failed(errReasonApply, err)
+		r.recordFailure(key, cluster, err)
+		return ctrl.Result{}, err
 	}
 
 	st, err := member.Observe(ctx, c, db, cluster)
@@ -162,14 +176,18 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 		return ctrl.Result{}, err
 	}
 	tel.finish(outcome)
-	r.record(key, cluster, &memberResult{Status: st, HasWorkload: st.Phase != fleetv1alpha1.ClusterPhasePending})
-	return ctrl.Result{}, nil
+	r.record(key, cluster, &memberResult{Status: st, HasWorkload: st.Phase != fleetv1alpha1.ClusterPhasePending, Rotation: report})
+	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
 // apply renders the Database for the member and applies it; the objects
-// carry the plan's traceparent, the change's (see publish).
-func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c client.Client, cluster string, db *fleetv1alpha1.Database, p *plan) (member.ApplyResult, error) {
-	creds := p.credentials
+// carry the plan's traceparent, the change's (see publish). creds, when not
+// nil, replace the plan's credentials (a member that switched in a rotation).
+func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c client.Client, cluster string, db *fleetv1alpha1.Database, p *plan,
+	creds map[string][]byte) (member.ApplyResult, error) {
+	if creds == nil {
+		creds = p.credentials
+	}
 	if creds == nil {
 		var s corev1.Secret
 		key := types.NamespacedName{Namespace: db.Namespace, Name: credentialsName(db)}

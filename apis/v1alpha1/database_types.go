@@ -217,12 +217,18 @@ type DatabaseStatus struct {
 	// +optional
 	ReadySummary string `json:"readySummary,omitempty"`
 
-	// Conditions: Ready, Placed, Progressing, Degraded, Stalled, Deleting.
+	// Conditions: Ready, Placed, Progressing, Degraded, Stalled, Deleting,
+	// CredentialsRotated.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=16
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Credentials reports credential rotations (see the
+	// fleetdb.io/rotate-credentials annotation); never any credential value.
+	// +optional
+	Credentials *CredentialsStatus `json:"credentials,omitempty"`
 
 	// Clusters has one entry per placed (or still being torn down) member.
 	// +optional
@@ -230,6 +236,19 @@ type DatabaseStatus struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=512
 	Clusters []ClusterStatus `json:"clusters,omitempty"`
+}
+
+// CredentialsStatus reports credential rotations. A rotation is requested by
+// setting the fleetdb.io/rotate-credentials annotation to a new token.
+type CredentialsStatus struct {
+	// RotatingToken is the token of the rotation under way, if any.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	RotatingToken string `json:"rotatingToken,omitempty"`
+	// RotatedToken is the token of the last rotation that completed on every member.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	RotatedToken string `json:"rotatedToken,omitempty"`
 }
 
 // ClusterStatus is what one member reports for a Database.
@@ -263,6 +282,10 @@ type ClusterStatus struct {
 }
 
 // Database is a database that fleetdb runs on a set of member clusters.
+//
+// Setting the annotation fleetdb.io/rotate-credentials to a new token rotates
+// the database password in every member (AnnotationRotateCredentials); the
+// CredentialsRotated condition and status.credentials report the progress.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
