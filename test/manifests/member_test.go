@@ -35,6 +35,8 @@ var resourceVerbs = map[string][]string{
 	"persistentvolumeclaims":      manage,
 	"apps/statefulsets":           manage,
 	"policy/poddisruptionbudgets": manage,
+	// Credential rotation Jobs are created and, once done, deleted.
+	"batch/jobs": {"get", "list", "watch", "create", "delete"},
 }
 
 var manage = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
@@ -51,6 +53,7 @@ var kindResources = map[string]string{
 	"PersistentVolumeClaim": "persistentvolumeclaims",
 	"StatefulSet":           "apps/statefulsets",
 	"PodDisruptionBudget":   "policy/poddisruptionbudgets",
+	"Job":                   "batch/jobs",
 }
 
 func groupResource(key string) (group, res string) {
@@ -160,7 +163,11 @@ func TestMemberBase(t *testing.T) {
 					kinds = append(kinds, "PersistentVolumeClaim")
 				}
 			}
-			g.Expect(kinds).To(ContainElements("StatefulSet", "PodDisruptionBudget", "PersistentVolumeClaim"))
+			job, err := member.RotationJob(member.RotationParams{Database: db, Cluster: "member-1", Token: "t", Attempt: 1,
+				StatefulSet: &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "orders", UID: "s"}}})
+			g.Expect(err).NotTo(HaveOccurred(), "rendering a %s rotation Job", engine)
+			kinds = append(kinds, job.GetObjectKind().GroupVersionKind().Kind)
+			g.Expect(kinds).To(ContainElements("StatefulSet", "PodDisruptionBudget", "PersistentVolumeClaim", "Job"))
 			for _, kind := range kinds {
 				key, ok := kindResources[kind]
 				g.Expect(ok).To(BeTrue(), "the hub writes %s into members: grant it in deploy/member/cluster_role.yaml and list it in this test", kind)
