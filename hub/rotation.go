@@ -111,7 +111,16 @@ func (r *databaseReconciler) reconcileRotation(ctx context.Context, db *fleetv1a
 		return creds, rotationOutcome{}, err
 	}
 	return next, rotationCondition(db, metav1.ConditionFalse, fleetv1alpha1.ReasonRotating,
-		fmt.Sprintf("rotation %q: every member switched; updating the member Secrets", token), token, ""), nil
+		fmt.Sprintf("rotation %q: every member switched; updating the member Secrets", token), reportedRotated(db), token), nil
+}
+
+// reportedRotated is the status' rotatedToken so far: it names a token only
+// once every member Secret holds its password.
+func reportedRotated(db *fleetv1alpha1.Database) string {
+	if db.Status.Credentials == nil {
+		return ""
+	}
+	return db.Status.Credentials.RotatedToken
 }
 
 // rotationSettled reports a Database with no rotation under way: the last
@@ -136,7 +145,7 @@ func (r *databaseReconciler) rotationSettled(db *fleetv1alpha1.Database, rotated
 			fmt.Sprintf("rotation %q completed on every member", rotated), rotated, "")
 	}
 	return rotationCondition(db, metav1.ConditionFalse, fleetv1alpha1.ReasonRotating,
-		fmt.Sprintf("rotation %q: every member switched; updating the member Secrets of: %s", rotated, names(behind)), rotated, "")
+		fmt.Sprintf("rotation %q: every member switched; updating the member Secrets of: %s", rotated, names(behind)), reportedRotated(db), rotated)
 }
 
 func rotationCondition(db *fleetv1alpha1.Database, status metav1.ConditionStatus, reason, msg, rotated, rotating string) rotationOutcome {

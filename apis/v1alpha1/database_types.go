@@ -241,11 +241,13 @@ type DatabaseStatus struct {
 // CredentialsStatus reports credential rotations. A rotation is requested by
 // setting the fleetdb.io/rotate-credentials annotation to a new token.
 type CredentialsStatus struct {
-	// RotatingToken is the token of the rotation under way, if any.
+	// RotatingToken is the token of the rotation under way, if any, until
+	// every member Secret holds its password.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	RotatingToken string `json:"rotatingToken,omitempty"`
-	// RotatedToken is the token of the last rotation that completed on every member.
+	// RotatedToken is the token of the last rotation that completed: every
+	// member's database and Secret, and the hub Secret, hold its password.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	RotatedToken string `json:"rotatedToken,omitempty"`
