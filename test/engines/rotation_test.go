@@ -90,11 +90,15 @@ func TestMySQLRotation(t *testing.T) {
 	port := freePort(t)
 	dir := sharedTempDir(t)
 	data, sock := filepath.Join(dir, "data"), filepath.Join(dir, "mysqld.sock")
-	run(t, exec.Command(installDB, "--no-defaults", "--datadir="+data, "--user=root", "--auth-root-authentication-method=normal",
-		"--skip-test-db"))
-	server := exec.Command(mariadbd, "--no-defaults", "--datadir="+data, "--socket="+sock, "--port="+strconv.Itoa(port),
-		"--bind-address=127.0.0.1", "--skip-name-resolve", "--user=root", "--pid-file="+filepath.Join(dir, "mysqld.pid"),
-		"--log-error="+filepath.Join(dir, "error.log"))
+	var asRoot []string
+	if os.Geteuid() == 0 {
+		asRoot = []string{"--user=root"} // mariadbd refuses root without it
+	}
+	run(t, exec.Command(installDB, append([]string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal",
+		"--skip-test-db"}, asRoot...)...))
+	server := exec.Command(mariadbd, append([]string{"--no-defaults", "--datadir=" + data, "--socket=" + sock, "--port=" + strconv.Itoa(port),
+		"--bind-address=127.0.0.1", "--skip-name-resolve", "--pid-file=" + filepath.Join(dir, "mysqld.pid"),
+		"--log-error=" + filepath.Join(dir, "error.log")}, asRoot...)...)
 	if err := server.Start(); err != nil {
 		t.Fatalf("starting mariadbd: %v", err)
 	}
@@ -204,7 +208,10 @@ func lookPath(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		missing(t, name)
+		// Servers and runuser live in sbin, which a user's PATH may lack.
+		if p, err = exec.LookPath(filepath.Join("/usr/sbin", name)); err != nil {
+			missing(t, name)
+		}
 	}
 	return p
 }
