@@ -17,13 +17,16 @@ import (
 
 // Teardown removes or releases, according to policy, the member objects of
 // the hub Database namespace/name, found by SelectorFor (StatefulSets,
-// PodDisruptionBudgets, Services, ConfigMaps, Secrets, PersistentVolumeClaims):
+// PodDisruptionBudgets, Services, ConfigMaps, Secrets, PersistentVolumeClaims,
+// credential rotation Jobs):
 //
 //   - Delete (also the default) deletes them all, PersistentVolumeClaims included;
 //   - Retain deletes the workload, Services, ConfigMap and PodDisruptionBudget
 //     but keeps the PersistentVolumeClaims and the credentials Secret, and
 //     strips fleetdb's labels from them;
 //   - Orphan deletes nothing and strips fleetdb's labels from every object.
+//
+// Whatever the policy, a credential rotation Job still there is deleted.
 //
 // Objects are deleted with background propagation; NotFound counts as done.
 // A delete memo remembers sending is not sent again (memo may be nil).
@@ -38,7 +41,7 @@ import (
 func Teardown(ctx context.Context, c client.Client, o Owner, policy fleetv1alpha1.DeletionPolicy, memo *Memo) (done bool, err error) {
 	namespace, name := o.Namespace, o.Name
 	var remove, release []managedKind
-	all := append(append([]managedKind{}, workloadKinds...), pvcKind)
+	all := append(append([]managedKind{}, workloadKinds...), pvcKind, rotationJobKind)
 	switch policy {
 	case fleetv1alpha1.DeletionPolicyDelete, "":
 		remove = append([]managedKind{}, workloadKinds...)
@@ -59,10 +62,12 @@ func Teardown(ctx context.Context, c client.Client, o Owner, policy fleetv1alpha
 		}
 		release = append(release, pvcKind)
 	case fleetv1alpha1.DeletionPolicyOrphan:
-		release = all
+		release = append(append([]managedKind{}, workloadKinds...), pvcKind)
 	default:
 		return false, fmt.Errorf("teardown %s/%s: unknown deletion policy %q", namespace, name, policy)
 	}
+
+	remove = append(remove, rotationJobKind)
 
 	// A CloudNativePG Cluster goes (or is released) before what it uses.
 	if done, err := teardownCNPG(ctx, c, namespace, name, policy, memo); err != nil || !done {
