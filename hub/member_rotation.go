@@ -28,6 +28,12 @@ const (
 	rotationRetryMax  = 10 * time.Minute
 )
 
+// rotationJobPoll is how often a member sync looks at a running rotation
+// Job. Jobs are not watched: a watch would need the member's RBAC for Jobs
+// at all times (and fail on members deployed without it), while Jobs exist
+// only during a rotation; they are read live, and only then.
+const rotationJobPoll = 5 * time.Second
+
 // memberRotation is what a member sync knows about the rotation in its
 // member before it applies.
 type memberRotation struct {
@@ -54,7 +60,7 @@ type memberRotation struct {
 // Job: the member gets member.SwitchedCredentials at once, and CloudNativePG
 // changes the role's password on the Cluster's primary when its Secret
 // (bootstrap.initdb.secret) changes.
-func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Reader, db *fleetv1alpha1.Database, p *plan) (*memberRotation, error) {
+func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database, p *plan) (*memberRotation, error) {
 	mr := &memberRotation{
 		token:   string(p.credentials[member.CredentialsRotationTokenKey]),
 		pending: p.credentials[member.CredentialsPendingPasswordKey],
@@ -67,7 +73,9 @@ func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Rea
 		return nil, fmt.Errorf("reading the member credentials secret: %w", err)
 	}
 	if len(mr.pending) == 0 {
-		return mr, nil
+		// Before the apply writes the final Secret: a failed removal is
+		// retried while the member Secret still shows the rotation.
+		return mr, r.removeRotationJobs(ctx, c, live, db, mr.secret)
 	}
 	if db.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG {
 		mr.cnpg = true
@@ -75,7 +83,7 @@ func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Rea
 		mr.switched = mr.secret != nil && bytes.Equal(mr.secret.Data[member.CredentialsPasswordKey], mr.pending)
 		return mr, nil
 	}
-	jobs, err := rotationJobs(ctx, c, db, mr.token)
+	jobs, err := rotationJobs(ctx, live, db, mr.token)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +111,7 @@ func (r *memberSyncReconciler) finishRotation(ctx context.Context, c client.Clie
 	}
 	current := applied || (mr.secret != nil && maps.EqualFunc(mr.secret.Data, want, bytes.Equal))
 	if len(mr.pending) == 0 {
-		return rotationReport{Current: current}, 0, r.removeRotationJobs(ctx, c, db)
+		return rotationReport{Current: current}, 0, nil
 	}
 	rep := rotationReport{Token: mr.token, Current: current, Switched: mr.switched || (mr.cnpg && applied)}
 	if rep.Switched {
@@ -131,7 +139,7 @@ func (r *memberSyncReconciler) finishRotation(ctx context.Context, c client.Clie
 		failed, at, why := jobFailed(last)
 		if !failed {
 			rep.Waiting = "rotation Job " + last.Name + " running"
-			return rep, 0, nil
+			return rep, rotationJobPoll, nil
 		}
 		rep.Failed = "Job " + last.Name + " failed: " + why
 		if wait := time.Until(at.Add(rotationBackoff(jobAttempt(last)))); wait > 0 {
@@ -153,14 +161,18 @@ func (r *memberSyncReconciler) finishRotation(ctx context.Context, c client.Clie
 	if rep.Failed == "" {
 		rep.Waiting = "rotation Job " + job.Name + " running"
 	}
-	return rep, 0, nil
+	return rep, rotationJobPoll, nil
 }
 
 // removeRotationJobs deletes the Database's rotation Jobs (and their pods)
-// once no rotation is under way. At rest the cached list is empty: no call.
-func (r *memberSyncReconciler) removeRotationJobs(ctx context.Context, c client.Client, db *fleetv1alpha1.Database) error {
+// once no rotation is under way, while the member Secret (as cached) still
+// shows the last one. At rest it makes no call.
+func (r *memberSyncReconciler) removeRotationJobs(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database, secret *corev1.Secret) error {
+	if secret == nil || !member.InRotation(secret.Data) {
+		return nil
+	}
 	var list batchv1.JobList
-	if err := c.List(ctx, &list, client.InNamespace(db.Namespace),
+	if err := live.List(ctx, &list, client.InNamespace(db.Namespace),
 		client.MatchingLabelsSelector{Selector: member.SelectorFor(db.Namespace, db.Name)}, client.HasLabels{fleetv1alpha1.LabelRotation}); err != nil {
 		return fmt.Errorf("listing rotation jobs: %w", err)
 	}

@@ -136,7 +136,7 @@ func (r *memberSyncReconciler) sync(ctx context.Context, cluster string, key typ
 // runs the member's rotation Job and says when to look again.
 func (r *memberSyncReconciler) syncWorkload(ctx context.Context, c client.Client, live client.Reader, cluster string, key types.NamespacedName,
 	db *fleetv1alpha1.Database, p *plan, role memberRole) syncOutcome {
-	rot, err := r.prepareRotation(ctx, c, db, p)
+	rot, err := r.prepareRotation(ctx, c, live, db, p)
 	if err != nil {
 		return r.stepFailed(key, cluster, errReasonObserve, err)
 	}

@@ -38,6 +38,12 @@ const (
 	CredentialsRotatedTokenKey = "rotated-token"
 )
 
+// InRotation reports credentials (a Secret's data) that carry a rotation's
+// state: a pending password or the token of the rotation under way.
+func InRotation(data map[string][]byte) bool {
+	return len(data[CredentialsPendingPasswordKey]) > 0 || len(data[CredentialsRotationTokenKey]) > 0
+}
+
 // RotationParams is everything RotationJob needs.
 type RotationParams struct {
 	// Database is the hub object.

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/hashicorp/go-multierror"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,7 +27,8 @@ import (
 //     strips fleetdb's labels from them;
 //   - Orphan deletes nothing and strips fleetdb's labels from every object.
 //
-// Whatever the policy, a credential rotation Job still there is deleted.
+// Whatever the policy, the credential rotation Jobs of a rotation under way
+// (the credentials Secret shows one) are deleted; at rest, no Job is read.
 //
 // Objects are deleted with background propagation; NotFound counts as done.
 // A delete memo remembers sending is not sent again (memo may be nil).
@@ -41,7 +43,7 @@ import (
 func Teardown(ctx context.Context, c client.Client, o Owner, policy fleetv1alpha1.DeletionPolicy, memo *Memo) (done bool, err error) {
 	namespace, name := o.Namespace, o.Name
 	var remove, release []managedKind
-	all := append(append([]managedKind{}, workloadKinds...), pvcKind, rotationJobKind)
+	all := append(append([]managedKind{}, workloadKinds...), pvcKind)
 	switch policy {
 	case fleetv1alpha1.DeletionPolicyDelete, "":
 		remove = append([]managedKind{}, workloadKinds...)
@@ -67,7 +69,11 @@ func Teardown(ctx context.Context, c client.Client, o Owner, policy fleetv1alpha
 		return false, fmt.Errorf("teardown %s/%s: unknown deletion policy %q", namespace, name, policy)
 	}
 
-	remove = append(remove, rotationJobKind)
+	if rotating, err := inRotation(ctx, c, o); err != nil {
+		return false, fmt.Errorf("teardown %s/%s: %w", namespace, name, err)
+	} else if rotating {
+		remove, all = append(remove, rotationJobKind), append(all, rotationJobKind)
+	}
 
 	// A CloudNativePG Cluster goes (or is released) before what it uses.
 	if done, err := teardownCNPG(ctx, c, namespace, name, policy, memo); err != nil || !done {
@@ -164,4 +170,20 @@ func runAll(steps []func() error) []error {
 	}
 	wg.Wait()
 	return errs
+}
+
+// inRotation reports whether a credentials Secret of the Database shows a
+// rotation under way: only then may rotation Jobs exist.
+func inRotation(ctx context.Context, c client.Reader, o Owner) (bool, error) {
+	secrets, err := listManaged(ctx, c, managedKind{corev1.SchemeGroupVersion.WithKind("Secret"),
+		func() client.ObjectList { return &corev1.SecretList{} }}, o)
+	if err != nil {
+		return false, err
+	}
+	for _, obj := range secrets {
+		if s, ok := obj.(*corev1.Secret); ok && InRotation(s.Data) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
