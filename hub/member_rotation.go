@@ -53,9 +53,9 @@ type memberRotation struct {
 	jobs []*batchv1.Job
 }
 
-// prepareRotation finds out, from the member cache, whether the member
-// already switched to the pending password of the rotation under way: its
-// Secret says so, or its latest rotation Job succeeded. A switched member
+// prepareRotation finds out whether the member already switched to the
+// pending password of the rotation under way: its Secret (cached) says so,
+// or its latest rotation Job (read live) succeeded. A switched member
 // gets member.SwitchedCredentials. On the CloudNativePG backend there is no
 // Job: the member gets member.SwitchedCredentials at once, and CloudNativePG
 // changes the role's password on the Cluster's primary when its Secret
@@ -83,7 +83,7 @@ func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Cli
 		mr.switched = mr.secret != nil && bytes.Equal(mr.secret.Data[member.CredentialsPasswordKey], mr.pending)
 		return mr, nil
 	}
-	jobs, err := rotationJobs(ctx, live, db, mr.token)
+	jobs, err := rotationJobs(ctx, live, db, mr.token, r.opts.HubID)
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +178,7 @@ func (r *memberSyncReconciler) removeRotationJobs(ctx context.Context, c client.
 	}
 	for i := range list.Items {
 		j := &list.Items[i]
-		if j.DeletionTimestamp != nil {
+		if j.DeletionTimestamp != nil || !ownJob(j, r.opts.HubID) {
 			continue
 		}
 		if err := c.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
@@ -188,15 +188,20 @@ func (r *memberSyncReconciler) removeRotationJobs(ctx context.Context, c client.
 	return nil
 }
 
-// rotationJobs lists the member's rotation Jobs of token, oldest attempt first.
-func rotationJobs(ctx context.Context, c client.Reader, db *fleetv1alpha1.Database, token string) ([]*batchv1.Job, error) {
+// ownJob: the Job carries this hub's identity (or none, with no identity set).
+func ownJob(j *batchv1.Job, hubID string) bool {
+	return j.Labels[fleetv1alpha1.LabelHubID] == hubID
+}
+
+// rotationJobs lists this hub's rotation Jobs of token in the member, oldest attempt first.
+func rotationJobs(ctx context.Context, c client.Reader, db *fleetv1alpha1.Database, token, hubID string) ([]*batchv1.Job, error) {
 	var list batchv1.JobList
 	if err := c.List(ctx, &list, client.InNamespace(db.Namespace), client.MatchingLabels(member.RotationJobLabels(db, token))); err != nil {
 		return nil, fmt.Errorf("listing rotation jobs: %w", err)
 	}
 	out := make([]*batchv1.Job, 0, len(list.Items))
 	for i := range list.Items {
-		if list.Items[i].DeletionTimestamp == nil {
+		if list.Items[i].DeletionTimestamp == nil && ownJob(&list.Items[i], hubID) {
 			out = append(out, &list.Items[i])
 		}
 	}
