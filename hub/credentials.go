@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/member"
 )
 
 // credentialsName is the hub Secret that keeps a Database's credentials.
@@ -117,6 +118,13 @@ func createCredentials(ctx context.Context, c client.Client, db *fleetv1alpha1.D
 			return nil, err
 		}
 		data = map[string][]byte{"username": []byte("app"), "password": []byte(password)}
+		if db.Spec.Engine == fleetv1alpha1.EngineMySQL {
+			// root's own password, never the application user's (rotation
+			// changes the latter only).
+			if data[member.CredentialsRootPasswordKey], err = randomBytes(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	s := corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
@@ -158,4 +166,9 @@ func randomPassword() (string, error) {
 		return "", fmt.Errorf("generating password: %w", err)
 	}
 	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+func randomBytes() ([]byte, error) {
+	p, err := randomPassword()
+	return []byte(p), err
 }

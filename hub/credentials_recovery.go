@@ -97,7 +97,7 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 		switch {
 		case s == nil:
 		case res.data == nil || (!bestOwn && s.Labels[fleetv1alpha1.LabelDatabaseUID] == string(db.UID)):
-			res.data = map[string][]byte{"username": s.Data["username"], "password": s.Data["password"]}
+			res.data = recoverableCredentials(s.Data)
 			res.from = name
 			bestOwn = s.Labels[fleetv1alpha1.LabelDatabaseUID] == string(db.UID)
 		}

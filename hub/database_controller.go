@@ -67,6 +67,8 @@ type databaseScope struct {
 	allowed map[string]bool
 	// leftRegistry are dropped members whose MemberCluster is gone.
 	leftRegistry []string
+	// rotation is the credential rotation's part of the status.
+	rotation rotationOutcome
 }
 
 // stall ends the reconcile on a terminal error: the status written at the
@@ -113,6 +115,7 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		r.reconcileBackend,
 		r.reconcilePlacement,
 		r.reconcileDroppedMembers,
+		r.reconcileRotation,
 		r.reconcileRollout,
 		r.reconcileStatus,
 	)

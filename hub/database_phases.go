@@ -99,6 +99,7 @@ func (r *databaseReconciler) reconcileStatus(_ context.Context, s *databaseScope
 		now:         r.now(),
 	})
 	st.LeftBehind = leftBehindStatus(s.db, s.leftRegistry, s.targets, r.now())
+	s.rotation.apply(&st)
 	r.memberEvents(s.db, st)
 	s.status = &st
 	return ctrl.Result{}, nil

@@ -127,20 +127,53 @@ func (r *memberSyncReconciler) sync(ctx context.Context, cluster string, key typ
 		}
 		return failedOutcome(errReasonObserve, err, r.failureResult(key, cluster, err))
 	}
+	return r.syncWorkload(ctx, cl.GetClient(), cl.GetAPIReader(), cluster, key, db, p, role)
+}
+
+// syncWorkload applies the plan (a member whose turn in the rollout came)
+// and observes the member, with the credential rotation's part around the
+// apply: prepareRotation says which credentials to render, finishRotation
+// runs the member's rotation Job and says when to look again.
+func (r *memberSyncReconciler) syncWorkload(ctx context.Context, c client.Client, live client.Reader, cluster string, key types.NamespacedName,
+	db *fleetv1alpha1.Database, p *plan, role memberRole) syncOutcome {
+	rot, err := r.prepareRotation(ctx, c, live, db, p)
+	if err != nil {
+		return r.stepFailed(key, cluster, errReasonObserve, err)
+	}
 	outcome := outcomeObserved
 	var applied member.ApplyResult
+	wrote := false
 	if role == roleApply && db.Generation == p.generation {
-		res, err := r.apply(ctx, cl.GetAPIReader(), cl.GetClient(), cluster, db, p)
+		res, err := r.apply(ctx, live, c, cluster, db, p, rot.creds)
 		if err != nil {
 			out := r.applyFailed(key, cluster, err)
 			out.applied = res
 			return out
 		}
-		outcome, applied = outcomeSynced, res
+		outcome, applied, wrote = outcomeSynced, res, true
 	}
-	out := r.observe(ctx, cl.GetClient(), key, cluster, db, outcome)
+	report, requeue, err := r.finishRotation(ctx, c, cluster, db, p, rot, wrote)
+	if err != nil {
+		out := r.stepFailed(key, cluster, errReasonApply, err)
+		out.applied = applied
+		return out
+	}
+	out := r.observe(ctx, c, key, cluster, db, outcome)
 	out.applied = applied
+	if out.err == nil && out.result != nil {
+		out.result.Rotation = report
+		out.requeue = minPositive(out.requeue, requeue)
+	}
 	return out
+}
+
+// stepFailed: a step other than the apply failed; a Forbidden is the
+// member's RBAC (see forbiddenOutcome), anything else is retried.
+func (r *memberSyncReconciler) stepFailed(key types.NamespacedName, cluster, reason string, err error) syncOutcome {
+	if isForbidden(err) {
+		return r.forbiddenOutcome(key, cluster, reason, err, fleetv1alpha1.ClusterPhaseDegraded)
+	}
+	return failedOutcome(reason, err, r.failureResult(key, cluster, err))
 }
 
 // teardown removes the Database's objects from the member per the plan's
@@ -192,9 +225,13 @@ func (r *memberSyncReconciler) observe(ctx context.Context, c client.Client, key
 }
 
 // apply renders the Database for the member and applies it; the objects
-// carry the plan's traceparent, the change's (see publish).
-func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c client.Client, cluster string, db *fleetv1alpha1.Database, p *plan) (member.ApplyResult, error) {
-	creds := p.credentials
+// carry the plan's traceparent, the change's (see publish). creds, when not
+// nil, replace the plan's credentials (a member that switched in a rotation).
+func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c client.Client, cluster string, db *fleetv1alpha1.Database, p *plan,
+	creds map[string][]byte) (member.ApplyResult, error) {
+	if creds == nil {
+		creds = p.credentials
+	}
 	if creds == nil {
 		var s corev1.Secret
 		key := types.NamespacedName{Namespace: db.Namespace, Name: credentialsName(db)}

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"bytes"
 	"maps"
 	"sync"
 	"time"
@@ -59,8 +60,8 @@ func (p *plan) role(cluster string) memberRole {
 }
 
 // changedMembers are the members whose work differs between prev and p:
-// every member of p for another Database, generation or deletion policy,
-// else those whose role changed.
+// every member of p for another Database, generation, deletion policy or
+// credentials (a rotation), else those whose role changed.
 func (p *plan) changedMembers(prev *plan) []string {
 	members := map[string]bool{}
 	for _, m := range []map[string]bool{p.targets, p.teardown} {
@@ -68,7 +69,8 @@ func (p *plan) changedMembers(prev *plan) []string {
 			members[name] = true
 		}
 	}
-	if prev == nil || prev.uid != p.uid || prev.generation != p.generation || prev.policy != p.policy {
+	if prev == nil || prev.uid != p.uid || prev.generation != p.generation || prev.policy != p.policy ||
+		!maps.EqualFunc(prev.credentials, p.credentials, bytes.Equal) {
 		return sortedKeys(members)
 	}
 	var out []string
@@ -90,6 +92,8 @@ type memberResult struct {
 	TornDown bool
 	// Unreachable is true when the member could not be reached.
 	Unreachable bool
+	// Rotation is what the member sync found about a credential rotation.
+	Rotation rotationReport
 	// At is when the result was recorded.
 	At time.Time
 }
@@ -106,7 +110,8 @@ func (r *memberResult) sameAs(o *memberResult) bool {
 	}
 	a, b := r.Status, o.Status
 	a.LastSyncTime, b.LastSyncTime = nil, nil
-	return a == b && r.HasWorkload == o.HasWorkload && r.TornDown == o.TornDown && r.Unreachable == o.Unreachable
+	return a == b && r.HasWorkload == o.HasWorkload && r.TornDown == o.TornDown && r.Unreachable == o.Unreachable &&
+		r.Rotation == o.Rotation
 }
 
 // state is the in-memory meeting point of the two controllers.

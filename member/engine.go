@@ -42,8 +42,9 @@ type engine struct {
 	config      string
 	// args are appended to the image's entrypoint.
 	args []string
-	// env builds the container environment from the credentials Secret.
-	env func(secret string) []corev1.EnvVar
+	// env builds the container environment from the credentials Secret,
+	// whose data is creds.
+	env func(secret string, creds map[string][]byte) []corev1.EnvVar
 	// readiness is run with sh -c so that it can read the env; kubelet only
 	// expands $(VAR) for literal env values, not for values from a Secret.
 	readiness string
@@ -73,7 +74,7 @@ log_timezone = 'UTC'
 timezone = 'UTC'
 `,
 		args: []string{"-c", "config_file=" + configMount + "/postgresql.conf"},
-		env: func(secret string) []corev1.EnvVar {
+		env: func(secret string, _ map[string][]byte) []corev1.EnvVar {
 			return []corev1.EnvVar{
 				secretEnv("POSTGRES_USER", secret, CredentialsUsernameKey),
 				secretEnv("POSTGRES_PASSWORD", secret, CredentialsPasswordKey),
@@ -101,9 +102,16 @@ character-set-server = utf8mb4
 collation-server = utf8mb4_0900_ai_ci
 max_connections = 151
 `,
-		env: func(secret string) []corev1.EnvVar {
+		env: func(secret string, creds map[string][]byte) []corev1.EnvVar {
+			// root has a password of its own; a Database created before
+			// that keeps root on the application password it was
+			// initialised with until its first rotation records it.
+			root := CredentialsPasswordKey
+			if len(creds[CredentialsRootPasswordKey]) > 0 {
+				root = CredentialsRootPasswordKey
+			}
 			return []corev1.EnvVar{
-				secretEnv("MYSQL_ROOT_PASSWORD", secret, CredentialsPasswordKey),
+				secretEnv("MYSQL_ROOT_PASSWORD", secret, root),
 				secretEnv("MYSQL_USER", secret, CredentialsUsernameKey),
 				secretEnv("MYSQL_PASSWORD", secret, CredentialsPasswordKey),
 			}
@@ -139,14 +147,14 @@ func secretEnv(name, secret, key string) corev1.EnvVar {
 }
 
 // container is the database container of the StatefulSet's pods.
-func (e engine) container(image, secret string, resources corev1.ResourceRequirements) corev1.Container {
+func (e engine) container(image, secret string, creds map[string][]byte, resources corev1.ResourceRequirements) corev1.Container {
 	tcp := corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(e.name)}}
 	return corev1.Container{
 		Name:  e.name,
 		Image: image,
 		Args:  e.args,
 		Ports: []corev1.ContainerPort{{Name: e.name, ContainerPort: e.port, Protocol: corev1.ProtocolTCP}},
-		Env:   e.env(secret),
+		Env:   e.env(secret, creds),
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: dataVolume, MountPath: e.dataMount},
 			{Name: configVolume, MountPath: e.configMount, ReadOnly: true},

@@ -75,7 +75,9 @@ func withLabel(l map[string]string, k, v string) map[string]string {
 //
 //   - cur names another hub (LabelHubID): that hub owns it;
 //   - cur names no hub (written before hub identities) and another Database
-//     UID: it is adopted only by the Database that wrote it;
+//     UID: it is adopted only by the Database that wrote it (a Secret a
+//     Retain teardown released carries no fleetdb label at all: that case
+//     is the next one's);
 //   - cur is the credentials Secret of another Database UID (a deleted
 //     Database of the same name) holding another password: overwriting it
 //     would lock clients and the retained data out. The hub recovers the
@@ -87,13 +89,14 @@ func guardOwnership(desired, cur client.Object) error {
 	}
 	wantHub, haveHub := want[fleetv1alpha1.LabelHubID], have[fleetv1alpha1.LabelHubID]
 	sameUID := have[fleetv1alpha1.LabelDatabaseUID] == want[fleetv1alpha1.LabelDatabaseUID]
+	released := have[fleetv1alpha1.LabelManagedBy] == ""
 	switch {
 	case retainedCredentials(cur, desired):
 		// Kept by a Retain teardown, its labels stripped: only the password
 		// check below decides (the hub recovers that password first).
 	case wantHub != "" && haveHub != "" && haveHub != wantHub:
 		return conflict("written by another fleetdb hub")
-	case wantHub != "" && haveHub == "" && !sameUID:
+	case wantHub != "" && haveHub == "" && !sameUID && !released:
 		return conflict("written for another Database of this name, before hub identities; not adopted")
 	}
 	ds, ok1 := desired.(*corev1.Secret)

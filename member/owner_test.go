@@ -39,6 +39,8 @@ func TestGuardOwnership(t *testing.T) {
 		{"another hub's", credsSecret("hub-b", "uid-2", "new"), true},
 		{"older than hub identities, this Database", credsSecret("", "uid-2", "new"), false},
 		{"older than hub identities, another Database", credsSecret("", "uid-1", "new"), true},
+		{"released by a Retain teardown, same password", released(credsSecret("", "uid-1", "new")), false},
+		{"released by a Retain teardown, another password", released(credsSecret("", "uid-1", "old")), true},
 	} {
 		err := guardOwnership(desired, tc.cur)
 		var c *ConflictError
@@ -67,4 +69,10 @@ func TestOwnerOwns(t *testing.T) {
 	if !(Owner{Namespace: "ns", Name: "db"}).owns(credsSecret("hub-b", "uid-1", "x")) {
 		t.Error("an Owner without a hub identity matches every hub")
 	}
+}
+
+// released is s as a Retain teardown leaves it: without fleetdb's labels.
+func released(s *corev1.Secret) *corev1.Secret {
+	s.Labels = nil
+	return s
 }

@@ -349,7 +349,7 @@ func (r renderer) podSpec(selector map[string]string) corev1.PodSpec {
 				},
 			}},
 		}},
-		Containers: []corev1.Container{r.eng.container(r.image(), secretName(r.db.Name), r.resources())},
+		Containers: []corev1.Container{r.eng.container(r.image(), secretName(r.db.Name), r.p.Credentials, r.resources())},
 		Volumes: []corev1.Volume{{
 			Name: configVolume,
 			VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/hashicorp/go-multierror"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,13 +16,17 @@ import (
 
 // Teardown removes or releases, according to policy, the member objects of
 // the hub Database namespace/name, found by SelectorFor (StatefulSets,
-// PodDisruptionBudgets, Services, ConfigMaps, Secrets, PersistentVolumeClaims):
+// PodDisruptionBudgets, Services, ConfigMaps, Secrets, PersistentVolumeClaims,
+// credential rotation Jobs):
 //
 //   - Delete (also the default) deletes them all, PersistentVolumeClaims included;
 //   - Retain deletes the workload, Services, ConfigMap and PodDisruptionBudget
 //     but keeps the PersistentVolumeClaims and the credentials Secret, and
 //     strips fleetdb's labels from them;
 //   - Orphan deletes nothing and strips fleetdb's labels from every object.
+//
+// Whatever the policy, the credential rotation Jobs of a rotation under way
+// (the credentials Secret shows one) are deleted; at rest, no Job is read.
 //
 // Objects are deleted with background propagation; NotFound counts as done.
 // A delete memo remembers sending is not sent again (memo may be nil).
@@ -57,9 +62,15 @@ func Teardown(ctx context.Context, c client.Client, o Owner, policy fleetv1alpha
 		}
 		release = append(release, pvcKind)
 	case fleetv1alpha1.DeletionPolicyOrphan:
-		release = all
+		release = append(append([]managedKind{}, workloadKinds...), pvcKind)
 	default:
 		return false, fmt.Errorf("teardown %s/%s: unknown deletion policy %q", namespace, name, policy)
+	}
+
+	if rotating, err := inRotation(ctx, c, o); err != nil {
+		return false, fmt.Errorf("teardown %s/%s: %w", namespace, name, err)
+	} else if rotating {
+		remove, all = append(remove, rotationJobKind), append(all, rotationJobKind)
 	}
 
 	// A CloudNativePG Cluster goes (or is released) before what it uses.
@@ -148,4 +159,20 @@ func runAll(steps []func() error) []error {
 	}
 	wg.Wait()
 	return errs
+}
+
+// inRotation reports whether a credentials Secret of the Database shows a
+// rotation under way: only then may rotation Jobs exist.
+func inRotation(ctx context.Context, c client.Reader, o Owner) (bool, error) {
+	secrets, err := listManaged(ctx, c, managedKind{corev1.SchemeGroupVersion.WithKind("Secret"),
+		func() client.ObjectList { return &corev1.SecretList{} }}, o)
+	if err != nil {
+		return false, err
+	}
+	for _, obj := range secrets {
+		if s, ok := obj.(*corev1.Secret); ok && InRotation(s.Data) {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -56,6 +56,16 @@ const (
 	// first placement, so that a later default never moves a running
 	// Database to another backend (see EffectiveBackend).
 	AnnotationBackend = "fleetdb.io/backend"
+	// AnnotationRotateCredentials on a Database requests a credential
+	// rotation: set it to a new value (any token up to 253 characters, e.g. a
+	// date) and the hub rotates the database password in every member; the
+	// token is reported in status.credentials.rotatedToken once done. An
+	// unchanged value does nothing; a rotation that started always finishes.
+	AnnotationRotateCredentials = "fleetdb.io/rotate-credentials"
+	// LabelRotation names, on a member rotation Job, a hash of the rotation token it runs.
+	LabelRotation = "fleetdb.io/rotation"
+	// AnnotationRotationAttempt numbers the attempts of a member rotation Job (1, 2, ...).
+	AnnotationRotationAttempt = "fleetdb.io/rotation-attempt"
 
 	// FieldManager is the server-side apply field manager of every fleetdb write.
 	FieldManager = "fleetdb"
@@ -82,6 +92,11 @@ const (
 	ConditionStalled = "Stalled"
 	// ConditionDeleting is True while the Database is being torn down.
 	ConditionDeleting = "Deleting"
+	// ConditionCredentialsRotated reports the credential rotation requested
+	// with AnnotationRotateCredentials: True once the last requested token is
+	// rotated everywhere, False while one runs or fails. Absent until a
+	// rotation is first requested.
+	ConditionCredentialsRotated = "CredentialsRotated"
 )
 
 // MemberCluster condition types.
@@ -142,6 +157,17 @@ const (
 	// ReasonBackendChanged: spec.backend names another backend than the one
 	// the members run; fleetdb does not move data between backends.
 	ReasonBackendChanged = "BackendChanged"
+
+	// ReasonRotating: a credential rotation is under way; the message says
+	// which members switched and which still run or wait.
+	ReasonRotating = "Rotating"
+	// ReasonRotationFailed: a member's rotation Job failed; it is retried with
+	// backoff and every Secret keeps the password its database accepts.
+	ReasonRotationFailed = "RotationFailed"
+	// ReasonRotated: the requested rotation completed on every member.
+	ReasonRotated = "Rotated"
+	// ReasonInvalidRotationToken: the rotate-credentials annotation is too long.
+	ReasonInvalidRotationToken = "InvalidRotationToken"
 
 	// ReasonJoined: the hub built a client for the member.
 	ReasonJoined = "Joined"

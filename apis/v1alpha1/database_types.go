@@ -328,12 +328,18 @@ type DatabaseStatus struct {
 	// +optional
 	ReadySummary string `json:"readySummary,omitempty"`
 
-	// Conditions: Ready, Placed, Reconciling, Degraded, Stalled, Deleting.
+	// Conditions: Ready, Placed, Reconciling, Degraded, Stalled, Deleting,
+	// CredentialsRotated.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=16
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Credentials reports credential rotations (see the
+	// fleetdb.io/rotate-credentials annotation); never any credential value.
+	// +optional
+	Credentials *CredentialsStatus `json:"credentials,omitempty"`
 
 	// Clusters has one entry per placed (or still being torn down) member.
 	// +optional
@@ -362,6 +368,21 @@ type LeftBehind struct {
 	Message string `json:"message"`
 	// Since is when the hub noticed.
 	Since metav1.Time `json:"since"`
+}
+
+// CredentialsStatus reports credential rotations. A rotation is requested by
+// setting the fleetdb.io/rotate-credentials annotation to a new token.
+type CredentialsStatus struct {
+	// RotatingToken is the token of the rotation under way, if any, until
+	// every member Secret holds its password.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	RotatingToken string `json:"rotatingToken,omitempty"`
+	// RotatedToken is the token of the last rotation that completed: every
+	// member's database and Secret, and the hub Secret, hold its password.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	RotatedToken string `json:"rotatedToken,omitempty"`
 }
 
 // ClusterStatus is what one member reports for a Database.
@@ -409,6 +430,10 @@ type ClusterStatus struct {
 }
 
 // Database is a database that fleetdb runs on a set of member clusters.
+//
+// Setting the annotation fleetdb.io/rotate-credentials to a new token rotates
+// the database password in every member (AnnotationRotateCredentials); the
+// CredentialsRotated condition and status.credentials report the progress.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status

@@ -442,6 +442,10 @@ func TestKubectlWait(t *testing.T) {
 	KubectlWaitSpec(specContext(t), KubectlWaitInput{T: t, Fleet: suite.fleet})
 }
 
+func TestRotation(t *testing.T) {
+	RotationSpec(specContext(t), RotationInput{T: t, Fleet: suite.fleet})
+}
+
 func TestDelete(t *testing.T) {
 	DeleteSpec(specContext(t), DeleteInput{T: t, Fleet: suite.fleet})
 }

@@ -55,6 +55,8 @@ type env struct {
 	writes  *fleet.WriteCounter
 	sim     *simulator
 	ctx     context.Context
+	// stopHub stops the hub's manager (once).
+	stopHub func()
 }
 
 // envOptions tune startEnvWith.
@@ -86,7 +88,20 @@ func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 		e.register(m.Name, kc, map[string]string{"name": m.Name})
 	}
 
-	hubCfg := rest.CopyConfig(f.Hub.Config)
+	e.startHub(opts)
+	e.sim = newSimulator(e)
+	go e.sim.run(e.ctx)
+	for _, m := range f.Members {
+		e.waitMemberReady(m.Name)
+	}
+	return e
+}
+
+// startHub starts the hub's manager; e.stopHub stops it (a test may start
+// another one, as a restarted hub).
+func (e *env) startHub(opts envOptions) {
+	t, g := e.t, NewWithT(e.t)
+	hubCfg := rest.CopyConfig(e.fleet.Hub.Config)
 	hubCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return e.writes.Wrap("hub", rt) })
 	if opts.hubWrap != nil {
 		hubCfg.Wrap(opts.hubWrap)
@@ -115,7 +130,6 @@ func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 	// goroutine raced with the assignment, and a manager started on the outer
 	// context made the cleanup wait for a cancel that comes only after it.
 	ctx, cancel := context.WithCancel(e.ctx)
-	e.ctx = ctx
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -123,14 +137,9 @@ func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 			t.Errorf("hub manager: %v", err)
 		}
 	}()
-	t.Cleanup(func() { cancel(); <-done })
-
-	e.sim = newSimulator(e)
-	go e.sim.run(e.ctx)
-	for _, m := range f.Members {
-		e.waitMemberReady(m.Name)
-	}
-	return e
+	var once sync.Once
+	e.stopHub = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(e.stopHub)
 }
 
 // register writes a member's kubeconfig Secret and MemberCluster on the hub.

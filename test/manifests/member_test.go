@@ -36,6 +36,8 @@ var resourceVerbs = map[string][]string{
 	"apps/statefulsets":           manage,
 	"policy/poddisruptionbudgets": manage,
 	"postgresql.cnpg.io/clusters": manage,
+	// Credential rotation Jobs are created and, once done, deleted.
+	"batch/jobs": {"get", "list", "watch", "create", "delete"},
 }
 
 var manage = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
@@ -53,6 +55,7 @@ var kindResources = map[string]string{
 	"StatefulSet":           "apps/statefulsets",
 	"PodDisruptionBudget":   "policy/poddisruptionbudgets",
 	"Cluster":               "postgresql.cnpg.io/clusters",
+	"Job":                   "batch/jobs",
 }
 
 func groupResource(key string) (group, res string) {
@@ -175,6 +178,12 @@ func TestMemberBase(t *testing.T) {
 				g.Expect(kinds).To(ContainElements("Cluster", "Service", "Secret"))
 			} else {
 				g.Expect(kinds).To(ContainElements("StatefulSet", "PodDisruptionBudget", "PersistentVolumeClaim"))
+				// The StatefulSet backend's credential rotation runs a Job.
+				job, err := member.RotationJob(member.RotationParams{Database: db, Cluster: "member-1", Token: "t", Attempt: 1,
+					StatefulSet: &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "orders", UID: "s"}}})
+				g.Expect(err).NotTo(HaveOccurred(), "rendering a %s rotation Job", engine)
+				kinds = append(kinds, job.GetObjectKind().GroupVersionKind().Kind)
+				g.Expect(kinds).To(ContainElement("Job"))
 			}
 			for _, kind := range kinds {
 				key, ok := kindResources[kind]
