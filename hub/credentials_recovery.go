@@ -84,7 +84,7 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 	names := sortedKeys(registered)
 	bestOwn := false
 	for _, name := range names {
-		s, ok := r.memberCredentials(ctx, db, name)
+		s, ok := r.memberCredentials(ctx, db, name, maybe[name])
 		switch {
 		case !ok:
 			if maybe[name] {
@@ -107,7 +107,9 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 
 // memberCredentials reads the Database's credentials Secret in one member
 // from the member's cache; ok is false when the member cannot be read now.
-func (r *databaseReconciler) memberCredentials(ctx context.Context, db *fleetv1alpha1.Database, name string) (*corev1.Secret, bool) {
+// Where the Database may be placed (placed), a Secret a Retain teardown kept
+// is read live; other members cost no API call.
+func (r *databaseReconciler) memberCredentials(ctx context.Context, db *fleetv1alpha1.Database, name string, placed bool) (*corev1.Secret, bool) {
 	if h := r.provider.Health(name); !h.Engaged || !h.Ready {
 		return nil, false
 	}
@@ -120,13 +122,13 @@ func (r *databaseReconciler) memberCredentials(ctx context.Context, db *fleetv1a
 	var s corev1.Secret
 	key := client.ObjectKey{Namespace: db.Namespace, Name: credentialsName(db)}
 	err = cl.GetClient().Get(cctx, key, &s)
-	if apierrors.IsNotFound(err) {
+	switch {
+	case apierrors.IsNotFound(err) && placed:
 		// The member cache holds only fleetdb's labelled objects; a Secret
 		// kept by a Retain teardown lost those labels: read it directly.
 		return r.retainedMemberCredentials(cctx, cl.GetAPIReader(), db, key)
-	}
-	if err != nil {
-		return nil, false
+	case err != nil:
+		return nil, apierrors.IsNotFound(err)
 	}
 	l := s.Labels
 	if l[fleetv1alpha1.LabelDatabaseNamespace] != db.Namespace || l[fleetv1alpha1.LabelDatabaseName] != db.Name ||

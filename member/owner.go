@@ -91,9 +91,6 @@ func guardOwnership(desired, cur client.Object) error {
 	sameUID := have[fleetv1alpha1.LabelDatabaseUID] == want[fleetv1alpha1.LabelDatabaseUID]
 	released := have[fleetv1alpha1.LabelManagedBy] == ""
 	switch {
-	case retainedCredentials(cur, desired):
-		// Kept by a Retain teardown, its labels stripped: only the password
-		// check below decides (the hub recovers that password first).
 	case wantHub != "" && haveHub != "" && haveHub != wantHub:
 		return conflict("written by another fleetdb hub")
 	case wantHub != "" && haveHub == "" && !sameUID && !released:
