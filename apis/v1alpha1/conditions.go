@@ -97,6 +97,21 @@ const (
 	// rotated everywhere, False while one runs or fails. Absent until a
 	// rotation is first requested.
 	ConditionCredentialsRotated = "CredentialsRotated"
+	// ConditionTopologyStable (PrimaryStandby only) is True when the primary
+	// is spec.topology.primaryCluster and every reachable standby follows
+	// it; False while a switchover or forced promotion runs (reason
+	// SwitchingOver / FailingOver), when it stopped (SwitchoverStepTimedOut,
+	// TargetUnhealthy) or when the primary is lost (PrimaryUnreachable).
+	// `kubectl wait --for=condition=TopologyStable` waits for a switchover.
+	ConditionTopologyStable = "TopologyStable"
+	// ConditionFinalBackup (while Deleting, when a final backup applies) is
+	// True once every member's final backup succeeded or was skipped by
+	// policy, False while one runs or when a Required backup failed (reason
+	// FinalBackupFailed: that member's teardown waits).
+	ConditionFinalBackup = "FinalBackup"
+	// ConditionRestored (with spec.restoreFrom) is True once every member
+	// restored the backup, False while a restore runs or failed.
+	ConditionRestored = "Restored"
 )
 
 // MemberCluster condition types.
@@ -307,4 +322,36 @@ func (d *Database) PlacementRemovalDeletionPolicy() DeletionPolicy {
 		return DeletionPolicyDelete
 	}
 	return DeletionPolicyRetain
+}
+
+// EffectiveFinalBackup is spec.backup.finalBackup, or its default: Required
+// when spec.deletionPolicy is Delete (the data is about to go), Skip when the
+// policy keeps the data (Retain, Orphan).
+func (d *Database) EffectiveFinalBackup() FinalBackupPolicy {
+	if d.Spec.Backup != nil && d.Spec.Backup.FinalBackup != "" {
+		return d.Spec.Backup.FinalBackup
+	}
+	if d.Spec.DeletionPolicy == DeletionPolicyRetain || d.Spec.DeletionPolicy == DeletionPolicyOrphan {
+		return FinalBackupSkip
+	}
+	return FinalBackupRequired
+}
+
+// TopologyMode is spec.topology.mode, Independent when unset.
+func (d *Database) TopologyMode() TopologyMode {
+	if d.Spec.Topology == nil || d.Spec.Topology.Mode == "" {
+		return TopologyIndependent
+	}
+	return d.Spec.Topology.Mode
+}
+
+// DefaultSwitchoverStepTimeout is spec.topology.stepTimeout when unset.
+const DefaultSwitchoverStepTimeout = 5 * time.Minute
+
+// EffectiveStepTimeout is spec.topology.stepTimeout, or its default.
+func (d *Database) EffectiveStepTimeout() time.Duration {
+	if d.Spec.Topology != nil && d.Spec.Topology.StepTimeout != nil {
+		return d.Spec.Topology.StepTimeout.Duration
+	}
+	return DefaultSwitchoverStepTimeout
 }

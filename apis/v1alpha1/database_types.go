@@ -50,6 +50,9 @@ const (
 // +kubebuilder:validation:XValidation:rule="!((has(self.backend) && self.backend == 'StatefulSet') || self.engine == 'mysql') || ((!has(self.replicas) || self.replicas <= 1) && (!has(self.overrides) || self.overrides.all(o, !has(o.replicas) || o.replicas <= 1)))",message="the StatefulSet backend (and mysql, which runs on it) runs one independent instance per member: replicas (and override replicas) must be 1; for replicated postgres use backend CloudNativePG"
 // +kubebuilder:validation:XValidation:rule="self.engine != 'mysql' || !has(self.backend) || self.backend == 'StatefulSet'",message="spec.backend: mysql runs on the StatefulSet backend only"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.backend) || (has(self.backend) && self.backend == oldSelf.backend)",message="spec.backend is immutable once set (another backend would start an empty database)"
+// +kubebuilder:validation:XValidation:rule="!has(self.topology) || self.topology.mode != 'PrimaryStandby' || (self.engine == 'postgres' && (!has(self.backend) || self.backend == 'CloudNativePG'))",message="spec.topology: PrimaryStandby needs engine postgres on backend CloudNativePG"
+// +kubebuilder:validation:XValidation:rule="(has(self.topology) ? self.topology.mode : 'Independent') == (has(oldSelf.topology) ? oldSelf.topology.mode : 'Independent')",message="spec.topology.mode is immutable (create a new Database to change it)"
+// +kubebuilder:validation:XValidation:rule="has(self.restoreFrom) == has(oldSelf.restoreFrom) && (!has(self.restoreFrom) || self.restoreFrom == oldSelf.restoreFrom)",message="spec.restoreFrom is immutable (it applies when the Database is created)"
 type DatabaseSpec struct {
 	// Engine is the database engine. It cannot be changed after creation.
 	// +required
@@ -120,6 +123,22 @@ type DatabaseSpec struct {
 	// delete the Database.
 	// +optional
 	DeletionProtection bool `json:"deletionProtection,omitempty"`
+
+	// Topology says whether the members run one database (a primary member
+	// and standby members, PrimaryStandby) or one each (Independent, the
+	// default).
+	// +optional
+	Topology *TopologySpec `json:"topology,omitempty"`
+
+	// Backup says where backups go in each member and whether the Database
+	// gets a final backup before its data is deleted.
+	// +optional
+	Backup *BackupSpec `json:"backup,omitempty"`
+
+	// RestoreFrom makes a new Database start from a backup: each member runs
+	// a restore Job before the workload takes traffic. Immutable.
+	// +optional
+	RestoreFrom *RestoreSource `json:"restoreFrom,omitempty"`
 }
 
 // StorageSpec is the persistent storage of each instance.
@@ -357,6 +376,25 @@ type DatabaseStatus struct {
 	// +listMapKey=cluster
 	// +kubebuilder:validation:MaxItems=64
 	LeftBehind []LeftBehind `json:"leftBehind,omitempty"`
+
+	// Topology is the observed topology of a PrimaryStandby Database.
+	// +optional
+	Topology *TopologyStatus `json:"topology,omitempty"`
+
+	// FinalBackups has the final backup taken (or not) in each member while
+	// the Database is deleted.
+	// +optional
+	// +listType=map
+	// +listMapKey=cluster
+	// +kubebuilder:validation:MaxItems=512
+	FinalBackups []BackupRecord `json:"finalBackups,omitempty"`
+
+	// Restore reports the restore of spec.restoreFrom in each member.
+	// +optional
+	// +listType=map
+	// +listMapKey=cluster
+	// +kubebuilder:validation:MaxItems=512
+	Restore []BackupRecord `json:"restore,omitempty"`
 }
 
 // LeftBehind is what the hub left in a member it can no longer reach.
@@ -394,6 +432,9 @@ type ClusterStatus struct {
 	// Backend the member runs the Database on.
 	// +optional
 	Backend Backend `json:"backend,omitempty"`
+	// Role of the member in a PrimaryStandby topology.
+	// +optional
+	Role MemberRole `json:"role,omitempty"`
 	// Reason is a machine-readable cause of a phase other than Ready, such
 	// as BackendMissing, or Forbidden (the member's RBAC refused the hub; not
 	// retried until the Database, the member's registration or, at a slow
@@ -444,6 +485,7 @@ type ClusterStatus struct {
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.readySummary`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.topology.primaryCluster`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Database struct {
 	metav1.TypeMeta   `json:",inline"`

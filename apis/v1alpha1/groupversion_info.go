@@ -23,7 +23,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &Database{}, &DatabaseList{}, &MemberCluster{}, &MemberClusterList{})
+	s.AddKnownTypes(GroupVersion, &Database{}, &DatabaseList{}, &MemberCluster{}, &MemberClusterList{}, &DatabaseBackup{}, &DatabaseBackupList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

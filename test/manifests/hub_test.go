@@ -55,7 +55,7 @@ func TestHubBase(t *testing.T) {
 		for _, crd := range all[*apiextensionsv1.CustomResourceDefinition](objs) {
 			crds = append(crds, crd.Name)
 		}
-		g.Expect(crds).To(ConsistOf("databases.fleetdb.io", "memberclusters.fleetdb.io"))
+		g.Expect(crds).To(ConsistOf("databasebackups.fleetdb.io", "databases.fleetdb.io", "memberclusters.fleetdb.io"))
 		mustFind[*corev1.Namespace](t, objs, "", hubNamespace)
 		for _, o := range objs {
 			switch o.(type) {

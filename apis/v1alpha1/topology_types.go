@@ -1,0 +1,213 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TopologyMode says how the members' databases relate to each other.
+// +kubebuilder:validation:Enum=Independent;PrimaryStandby
+type TopologyMode string
+
+// Topology modes.
+const (
+	// TopologyIndependent runs one independent database in every member
+	// (the default, and the only mode before topologies existed).
+	TopologyIndependent TopologyMode = "Independent"
+	// TopologyPrimaryStandby runs one database across the members: the
+	// primary member takes writes, every other member holds a CloudNativePG
+	// replica cluster that streams from it (CloudNativePG backend only).
+	TopologyPrimaryStandby TopologyMode = "PrimaryStandby"
+)
+
+// TopologySpec says whether the members run one database (PrimaryStandby)
+// or one database each (Independent).
+//
+// Changing primaryCluster of a Stable PrimaryStandby Database runs a
+// switchover: the hub demotes the old primary, waits for its demotion token,
+// promotes the new primary with it (no transaction lost), then re-points the
+// other standbys. The hub never fails over on its own: when the primary member
+// is lost, a person sets failover.targetCluster (and primaryCluster) to the
+// standby to promote; see FailoverSpec.
+//
+// +kubebuilder:validation:XValidation:rule="self.mode != 'PrimaryStandby' || (has(self.primaryCluster) && size(self.primaryCluster) > 0)",message="spec.topology.primaryCluster is required when mode is PrimaryStandby"
+// +kubebuilder:validation:XValidation:rule="self.mode == 'PrimaryStandby' || (!has(self.primaryCluster) && !has(self.failover))",message="spec.topology.primaryCluster and failover apply only to mode PrimaryStandby"
+// +kubebuilder:validation:XValidation:rule="!has(self.failover) || self.failover.targetCluster == self.primaryCluster",message="spec.topology.failover.targetCluster must equal spec.topology.primaryCluster (the standby being promoted)"
+type TopologySpec struct {
+	// Mode is Independent (the default) or PrimaryStandby.
+	// +optional
+	// +kubebuilder:default=Independent
+	Mode TopologyMode `json:"mode,omitempty"`
+
+	// PrimaryCluster is the member that takes writes; it must be one of the
+	// placed members (the hub stalls the Database with reason
+	// PrimaryNotPlaced otherwise). Changing it runs a switchover.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	PrimaryCluster string `json:"primaryCluster,omitempty"`
+
+	// Failover, when set, promotes failover.targetCluster (which must be
+	// primaryCluster) WITHOUT the old primary's demotion token: use it only
+	// when the primary member is lost. Transactions the old primary had not
+	// streamed are lost. The hub fences the old primary first (it is turned
+	// into a standby of the new primary the moment it is reachable again and
+	// is never allowed to come back as a second primary).
+	// +optional
+	Failover *FailoverSpec `json:"failover,omitempty"`
+
+	// StepTimeout bounds each step of a switchover (demotion, promotion,
+	// re-pointing). A step that does not finish in time stops the switchover
+	// with the TopologyStable condition False, reason SwitchoverStepTimedOut,
+	// and leaves the fleet as it is (never two primaries).
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="spec.topology.stepTimeout must be between 10s and 24h"
+	StepTimeout *metav1.Duration `json:"stepTimeout,omitempty"`
+}
+
+// FailoverSpec asks for a forced promotion.
+type FailoverSpec struct {
+	// TargetCluster is the standby member to promote; it must equal
+	// spec.topology.primaryCluster. Writing it is the explicit act that
+	// accepts losing what the old primary had not streamed.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	TargetCluster string `json:"targetCluster"`
+	// Reason is recorded in the switchover record and the Event.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Reason string `json:"reason,omitempty"`
+}
+
+// TopologyPhase summarises the topology of a PrimaryStandby Database.
+// +kubebuilder:validation:Enum=Stable;SwitchingOver;FailingOver;Degraded
+type TopologyPhase string
+
+// Topology phases.
+const (
+	// TopologyStable: the primary is spec.topology.primaryCluster and every
+	// reachable standby follows it.
+	TopologyStable TopologyPhase = "Stable"
+	// TopologySwitchingOver: a switchover is under way (status.topology.switchover.step says where).
+	TopologySwitchingOver TopologyPhase = "SwitchingOver"
+	// TopologyFailingOver: a forced promotion is under way.
+	TopologyFailingOver TopologyPhase = "FailingOver"
+	// TopologyDegraded: the primary is unreachable or unhealthy, a step timed
+	// out, or a fenced member waits to be rebuilt as a standby.
+	TopologyDegraded TopologyPhase = "Degraded"
+)
+
+// MemberRole is a member's role in a PrimaryStandby topology.
+// +kubebuilder:validation:Enum=Primary;Standby;Switching;Fenced
+type MemberRole string
+
+// Member roles.
+const (
+	// RolePrimary takes writes.
+	RolePrimary MemberRole = "Primary"
+	// RoleStandby streams from the primary.
+	RoleStandby MemberRole = "Standby"
+	// RoleSwitching is being demoted or promoted.
+	RoleSwitching MemberRole = "Switching"
+	// RoleFenced is an old primary replaced by a forced promotion; the hub
+	// turns it into a standby of the new primary when it is reachable again.
+	RoleFenced MemberRole = "Fenced"
+)
+
+// SwitchoverStep is where a switchover (or forced promotion) is.
+// +kubebuilder:validation:Enum=CheckTarget;Demote;WaitDemotion;Promote;WaitPromotion;Repoint;Fence;Done;Failed
+type SwitchoverStep string
+
+// Switchover steps (../shared/CNPG.md's protocol).
+const (
+	StepCheckTarget   SwitchoverStep = "CheckTarget"
+	StepDemote        SwitchoverStep = "Demote"
+	StepWaitDemotion  SwitchoverStep = "WaitDemotion"
+	StepPromote       SwitchoverStep = "Promote"
+	StepWaitPromotion SwitchoverStep = "WaitPromotion"
+	StepRepoint       SwitchoverStep = "Repoint"
+	StepFence         SwitchoverStep = "Fence"
+	StepDone          SwitchoverStep = "Done"
+	StepFailed        SwitchoverStep = "Failed"
+)
+
+// SwitchoverKind says whether a primary change kept every transaction.
+// +kubebuilder:validation:Enum=Switchover;Failover
+type SwitchoverKind string
+
+// Switchover kinds.
+const (
+	// SwitchoverPlanned demotes the old primary and promotes with its token: lossless.
+	SwitchoverPlanned SwitchoverKind = "Switchover"
+	// SwitchoverForced promotes without a token (spec.topology.failover).
+	SwitchoverForced SwitchoverKind = "Failover"
+)
+
+// SwitchoverStatus is one primary change, under way or finished. It holds
+// everything a hub restarted at any point needs to resume it.
+type SwitchoverStatus struct {
+	// Kind is Switchover or Failover.
+	Kind SwitchoverKind `json:"kind"`
+	// From is the member that was primary.
+	// +kubebuilder:validation:MaxLength=63
+	From string `json:"from"`
+	// To is the member being promoted.
+	// +kubebuilder:validation:MaxLength=63
+	To string `json:"to"`
+	// Step is the step under way (or Done / Failed).
+	Step SwitchoverStep `json:"step"`
+	// StepStarted is when the current step began (its StepTimeout counts from here).
+	// +optional
+	StepStarted *metav1.Time `json:"stepStarted,omitempty"`
+	// Started is when the switchover began.
+	Started metav1.Time `json:"started"`
+	// Finished is when it reached Done or Failed.
+	// +optional
+	Finished *metav1.Time `json:"finished,omitempty"`
+	// DemotionToken is the old primary's demotion token (CloudNativePG's
+	// status.demotionToken: WAL position metadata, no secret), kept so a
+	// promotion can resume after a hub restart.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	DemotionToken string `json:"demotionToken,omitempty"`
+	// Outcome is Succeeded, Failed, or empty while under way.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	Outcome string `json:"outcome,omitempty"`
+	// Message explains the outcome or the step that waits.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Message string `json:"message,omitempty"`
+	// TraceID of the switchover's trace, when tracing is on.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	TraceID string `json:"traceID,omitempty"`
+}
+
+// TopologyStatus is the observed topology of a PrimaryStandby Database.
+type TopologyStatus struct {
+	// Mode the hub runs the Database in.
+	Mode TopologyMode `json:"mode"`
+	// Phase summarises the topology.
+	// +optional
+	Phase TopologyPhase `json:"phase,omitempty"`
+	// PrimaryCluster is the member that is primary now (the one the hub last
+	// promoted, or spec.topology.primaryCluster at creation).
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	PrimaryCluster string `json:"primaryCluster,omitempty"`
+	// Fenced lists old primaries replaced by a forced promotion that the hub
+	// has not yet rebuilt as standbys.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	Fenced []string `json:"fenced,omitempty"`
+	// Switchover is the primary change under way, if any.
+	// +optional
+	Switchover *SwitchoverStatus `json:"switchover,omitempty"`
+	// LastSwitchover is the last primary change that finished.
+	// +optional
+	LastSwitchover *SwitchoverStatus `json:"lastSwitchover,omitempty"`
+}
