@@ -39,6 +39,9 @@ type Params struct {
 	// Traceparent is the optional W3C traceparent of the change; when set it is
 	// stored as the AnnotationTraceparent annotation on every object.
 	Traceparent string
+	// Topology is the PrimaryStandby wiring of this member's CloudNativePG
+	// Cluster (see Topology); nil for an Independent Database.
+	Topology *Topology
 }
 
 // Names of the member objects of a Database.
