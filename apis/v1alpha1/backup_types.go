@@ -207,3 +207,20 @@ type DatabaseBackupList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []DatabaseBackup `json:"items"`
 }
+
+// Values of LabelBackupKind on member backup Jobs.
+const (
+	// BackupKindFinal: the backup taken before a member's data is deleted.
+	BackupKindFinal = "final"
+	// BackupKindOnDemand: a backup a DatabaseBackup asked for.
+	BackupKindOnDemand = "on-demand"
+)
+
+// Phases of a BackupRecord.
+const (
+	BackupPhasePending   = "Pending"
+	BackupPhaseRunning   = "Running"
+	BackupPhaseSucceeded = "Succeeded"
+	BackupPhaseFailed    = "Failed"
+	BackupPhaseSkipped   = "Skipped"
+)

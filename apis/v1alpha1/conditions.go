@@ -67,6 +67,36 @@ const (
 	// AnnotationRotationAttempt numbers the attempts of a member rotation Job (1, 2, ...).
 	AnnotationRotationAttempt = "fleetdb.io/rotation-attempt"
 
+	// LabelComponent is app.kubernetes.io/component; ComponentBackup marks
+	// the backup volume claims and backup Jobs fleetdb writes in members.
+	LabelComponent = "app.kubernetes.io/component"
+	// ComponentBackup is the LabelComponent value of backup objects.
+	ComponentBackup = "backup"
+	// LabelBackupOfNamespace and LabelBackupOfName name, on a member backup
+	// volume claim and backup Job, the hub Database backed up. They are not
+	// LabelDatabaseNamespace / LabelDatabaseName on purpose: nothing that
+	// finds a Database's member objects (teardown, prune, the reconnect
+	// sweep) ever finds the backups, so no teardown deletes them.
+	LabelBackupOfNamespace = "fleetdb.io/backup-of-namespace"
+	// LabelBackupOfName: see LabelBackupOfNamespace.
+	LabelBackupOfName = "fleetdb.io/backup-of-name"
+	// LabelBackupVolume ("true") marks a backup volume claim; the member's
+	// admission policy (deploy/member) refuses the hub's identity deleting
+	// a claim that carries it.
+	LabelBackupVolume = "fleetdb.io/backup-volume"
+	// LabelBackupID names, on a backup Job, the backup it takes (the
+	// directory under /backups/<namespace>/<database>/ on the volume).
+	LabelBackupID = "fleetdb.io/backup-id"
+	// LabelBackupKind is BackupKindFinal or BackupKindOnDemand on a backup Job.
+	LabelBackupKind = "fleetdb.io/backup-kind"
+	// AnnotationBackupAttempt numbers the attempts of a member backup Job (1, 2, ...).
+	AnnotationBackupAttempt = "fleetdb.io/backup-attempt"
+	// LabelTestFailBackup is TEST-ONLY: a Database carrying it ("true")
+	// gets it on the pods of its backup Jobs, where the local fleet's kwok
+	// Stage (hack/kwok) fails them. Real kubelets ignore it: it cannot make
+	// a real backup fail or succeed.
+	LabelTestFailBackup = "fleetdb.io/test-fail-backup"
+
 	// FieldManager is the server-side apply field manager of every fleetdb write.
 	FieldManager = "fleetdb"
 )
@@ -210,6 +240,18 @@ const (
 	// proxy or a server that is not https, and the MemberCluster's
 	// spec.connection does not allow it.
 	ReasonInsecureKubeconfig = "InsecureKubeconfig"
+
+	// ReasonFinalBackupRunning: the final backup Jobs run; the members
+	// wait for them before they are torn down.
+	ReasonFinalBackupRunning = "FinalBackupRunning"
+	// ReasonFinalBackupFailed: a member's Required final backup failed;
+	// nothing is deleted there until a retry succeeds or
+	// spec.backup.finalBackup is set to BestEffort or Skip.
+	ReasonFinalBackupFailed = "FinalBackupFailed"
+	// ReasonFinalBackupsTaken: every member's final backup succeeded or was
+	// skipped (BestEffort failures and unreachable members are in
+	// status.finalBackups).
+	ReasonFinalBackupsTaken = "FinalBackupsTaken"
 
 	// ReasonDeletionProtected: the Database is being deleted while
 	// spec.deletionProtection is true; the hub tears nothing down until it is
