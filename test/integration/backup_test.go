@@ -32,6 +32,7 @@ func TestFinalBackup(t *testing.T) {
 	t.Run("an unreachable member within unreachableTimeout waits, then is backed up", func(t *testing.T) { testFinalBackupUnreachable(t, e) })
 	t.Run("a member unreachable past the timeout: Skipped, its data retained", func(t *testing.T) { testFinalBackupUnreachableTimeout(t, e) })
 	t.Run("a member dropped from placement with onPlacementRemoval Delete is backed up first", func(t *testing.T) { testFinalBackupPlacementRemoval(t, e) })
+	t.Run("a member that never ran the Database has nothing to back up", func(t *testing.T) { testFinalBackupNothingThere(t, e) })
 }
 
 // backupDB is a Database whose deletion takes final backups by policy ("" : the default).
@@ -387,4 +388,19 @@ func testFinalBackupPlacementRemoval(t *testing.T, e *env) {
 		g.Expect(e.getDB(ns, "stock").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
 		g.Expect(backupJobs(g, e, "m2", ns)).To(BeEmpty())
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+}
+
+func testFinalBackupNothingThere(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("backup-nothing")
+	// CloudNativePG is not installed in these members: BackendMissing, no workload.
+	db := newCNPGDB(ns, "ghost", "m1")
+	db.Spec.Backup = nil
+	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(clusterEntry(e.getDB(ns, "ghost"), "m1").Reason).To(Equal(fleetv1alpha1.ReasonBackendMissing))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "ghost"))).To(Succeed())
+	g.Eventually(dbGone(e, ns, "ghost")).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "a Required backup of nothing must not hold the deletion")
+	g.Expect(backupJobs(g, e, "m1", ns)).To(BeEmpty())
 }
