@@ -18,6 +18,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/member"
 )
 
 // +kubebuilder:rbac:groups=fleetdb.io,resources=databases,verbs=get;list;watch;update;patch
@@ -69,6 +70,8 @@ type databaseScope struct {
 	leftRegistry []string
 	// rotation is the credential rotation's part of the status.
 	rotation rotationOutcome
+	// topology is each target's PrimaryStandby wiring (nil for Independent).
+	topology map[string]*member.Topology
 }
 
 // stall ends the reconcile on a terminal error: the status written at the
@@ -115,6 +118,7 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		r.reconcileBackend,
 		r.reconcilePlacement,
 		r.reconcileDroppedMembers,
+		r.reconcileTopologyWiring,
 		r.reconcileRotation,
 		r.reconcileRollout,
 		r.reconcileStatus,

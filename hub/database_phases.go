@@ -82,6 +82,7 @@ func (r *databaseReconciler) reconcileRollout(ctx context.Context, s *databaseSc
 		targets:     s.targets,
 		teardown:    s.teardown,
 		credentials: s.credentials,
+		topology:    s.topology,
 	})
 	return ctrl.Result{}, nil
 }
