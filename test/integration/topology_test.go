@@ -76,6 +76,12 @@ func testTopologyWiring(t *testing.T, e *env) {
 		g.Expect(clusterEntry(db, "m2").Role).To(Equal(fleetv1alpha1.RoleStandby))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
+	// At rest: no writes (the certificates are not issued again, the plan does not change).
+	e.settle(g)
+	e.writes.Reset()
+	time.Sleep(3 * time.Second)
+	g.Expect(e.hubWritesIn(ns)).To(BeEmpty(), "writes at rest")
+
 	checkWiredCluster(g, e, ns, "m1", map[string]any{"self": "m1", "primary": "m1", "source": "m1"}, "initdb")
 	checkWiredCluster(g, e, ns, "m2", map[string]any{"self": "m2", "primary": "m1", "source": "m1"}, "pg_basebackup")
 	pki := checkTopologySecrets(g, e, ns)
