@@ -312,3 +312,12 @@ func parseKey(b []byte) (*ecdsa.PrivateKey, error) {
 	}
 	return x509.ParseECPrivateKey(block.Bytes)
 }
+
+// IssueTopologyCertificates returns the certificates the hub issues for a
+// new PrimaryStandby Database placed on the members of hosts (member name
+// to replication host), as each member gets them. It keeps nothing: it is
+// for tests that put the certificates in front of a real PostgreSQL.
+func IssueTopologyCertificates(db *fleetv1alpha1.Database, hosts map[string]string, now time.Time) (map[string]member.TopologyCertificates, error) {
+	_, pki, err := issueTopologyPKI(db, nil, hosts, now)
+	return pki.certs, err
+}
