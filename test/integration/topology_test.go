@@ -101,11 +101,30 @@ func testTopologyWiring(t *testing.T, e *env) {
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	g.Expect(clusterInstances(e, "m1", ns, "stray")).To(BeEquivalentTo(-1))
 
-	// Delete: the certificate Secrets go from the members with the rest.
-	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "ledger"))).To(Succeed())
+	// Delete with Retain: the certificate Secrets (private keys) go from the
+	// members, the credentials stay; created again, the Database runs again.
+	db := e.getDB(ns, "ledger")
+	db.Spec.DeletionPolicy = fleetv1alpha1.DeletionPolicyRetain
+	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		err := e.member("m2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: member.TopologyServerSecretName("ledger")}, &corev1.Secret{})
-		g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
+		u := member.NewCNPGCluster()
+		g.Expect(e.member("m2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "ledger"}, u)).To(Succeed())
+		g.Expect(u.GetAnnotations()).To(HaveKeyWithValue(fleetv1alpha1.AnnotationDeletionPolicy, "Retain"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "ledger"))).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "ledger"}, &fleetv1alpha1.Database{}))
+	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	for _, m := range []string{"m1", "m2"} {
+		for _, name := range []string{member.TopologyCASecretName("ledger"), member.TopologyServerSecretName("ledger"), member.TopologyReplicationSecretName("ledger")} {
+			err := e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.Secret{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s in %s: %v", name, m, err)
+		}
+		g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "ledger-credentials"}, &corev1.Secret{})).To(Succeed())
+	}
+	g.Expect(e.hub.Create(e.ctx, newPrimaryStandbyDB(ns, "ledger", "m1", "m1", "m2"))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getDB(ns, "ledger").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
 
