@@ -211,6 +211,7 @@ func testTopologyRenewal(t *testing.T, e *env, ns string, pki *corev1.Secret) {
 		g.Expect(server.Data["tls.crt"]).To(Equal(cur.Data["server-m2.crt"]), "the new certificate reached the member")
 		g.Expect(server.Data["tls.key"]).To(Equal(cur.Data["server-m2.key"]))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Eventually(e.eventSeen(ns, "CertificatesIssued", "server m2")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
 
 type pemPair struct{ cert, key []byte }
