@@ -126,6 +126,16 @@ func testTopologyWiring(t *testing.T, e *env) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(e.getDB(ns, "ledger").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+
+	// Leave nothing behind for the tests that follow (the endpoints go too).
+	for _, name := range []string{"ledger", "stray"} {
+		g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, name))).To(Succeed())
+	}
+	g.Eventually(func(g Gomega) {
+		var list fleetv1alpha1.DatabaseList
+		g.Expect(e.hub.List(e.ctx, &list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(list.Items).To(BeEmpty())
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
 
 // checkWiredCluster checks one member's Cluster wiring.
