@@ -127,8 +127,18 @@ func testTopologyWiring(t *testing.T, e *env) {
 		g.Expect(e.getDB(ns, "ledger").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
+	// A member without CloudNativePG says so, as for any CloudNativePG Database.
+	setReplication(g, e, "m3", "$(DATABASE)-rw.$(NAMESPACE).m3.fleet.test")
+	t.Cleanup(func() { setReplication(NewWithT(t), e, "m3", "") })
+	g.Expect(e.hub.Create(e.ctx, newPrimaryStandbyDB(ns, "atlas", "m1", "m1", "m3"))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		db := e.getDB(ns, "atlas")
+		g.Expect(clusterEntry(db, "m1").Role).To(Equal(fleetv1alpha1.RolePrimary))
+		g.Expect(clusterEntry(db, "m3").Reason).To(Equal(fleetv1alpha1.ReasonBackendMissing))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+
 	// Leave nothing behind for the tests that follow (the endpoints go too).
-	for _, name := range []string{"ledger", "stray"} {
+	for _, name := range []string{"ledger", "stray", "atlas"} {
 		g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, name))).To(Succeed())
 	}
 	g.Eventually(func(g Gomega) {
