@@ -18,6 +18,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/member"
 )
 
 // +kubebuilder:rbac:groups=fleetdb.io,resources=databases,verbs=get;list;watch;update;patch
@@ -72,6 +73,8 @@ type databaseScope struct {
 	// finalBackups is status.finalBackups, computed with the teardowns
 	// (before the results of finished ones are dropped).
 	finalBackups []fleetv1alpha1.BackupRecord
+	// topology is each target's PrimaryStandby wiring (nil for Independent).
+	topology map[string]*member.Topology
 }
 
 // stall ends the reconcile on a terminal error: the status written at the
@@ -118,6 +121,7 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		r.reconcileBackend,
 		r.reconcilePlacement,
 		r.reconcileDroppedMembers,
+		r.reconcileTopologyWiring,
 		r.reconcileRotation,
 		r.reconcileRollout,
 		r.reconcileStatus,

@@ -83,6 +83,7 @@ func (r *databaseReconciler) reconcileRollout(ctx context.Context, s *databaseSc
 		teardown:    s.teardown,
 		credentials: s.credentials,
 		finalBackup: newFinalBackupPlan(s.db, teardownPolicy(s.db), s.teardown),
+		topology:    s.topology,
 	})
 	return ctrl.Result{}, nil
 }

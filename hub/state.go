@@ -3,6 +3,7 @@ package hub
 import (
 	"bytes"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/cache"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/member"
 )
 
 // memberRole says what a member sync does for one Database in one member.
@@ -48,6 +50,9 @@ type plan struct {
 	// need not read a Secret the hub cache may not have seen yet; nil in a
 	// deletion plan.
 	credentials map[string][]byte
+	// topology is each target's PrimaryStandby wiring (replica, peers,
+	// certificates); nil for an Independent Database.
+	topology map[string]*member.Topology
 }
 
 func (p *plan) role(cluster string) memberRole {
@@ -78,11 +83,23 @@ func (p *plan) changedMembers(prev *plan) []string {
 	}
 	var out []string
 	for _, name := range sortedKeys(members) {
-		if p.role(name) != prev.role(name) {
+		if p.role(name) != prev.role(name) || !sameTopology(p.topology[name], prev.topology[name]) {
 			out = append(out, name)
 		}
 	}
 	return out
+}
+
+// sameTopology compares two members' wiring, certificates included.
+func sameTopology(a, b *member.Topology) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	ca, cb := a.Certificates, b.Certificates
+	return a.Self == b.Self && a.Primary == b.Primary && a.PromotionToken == b.PromotionToken &&
+		slices.Equal(a.Peers, b.Peers) &&
+		bytes.Equal(ca.CACert, cb.CACert) && bytes.Equal(ca.ServerCert, cb.ServerCert) && bytes.Equal(ca.ServerKey, cb.ServerKey) &&
+		bytes.Equal(ca.ReplicationCert, cb.ReplicationCert) && bytes.Equal(ca.ReplicationKey, cb.ReplicationKey)
 }
 
 // memberResult is what the last member sync observed for one Database in one member.

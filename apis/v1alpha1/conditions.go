@@ -252,6 +252,17 @@ const (
 	// skipped (BestEffort failures and unreachable members are in
 	// status.finalBackups).
 	ReasonFinalBackupsTaken = "FinalBackupsTaken"
+	// ReasonPrimaryNotPlaced (Stalled): spec.topology.primaryCluster is not
+	// one of the members the placement selects.
+	ReasonPrimaryNotPlaced = "PrimaryNotPlaced"
+	// ReasonWaitingForReplicationEndpoint: a PrimaryStandby Database is
+	// placed on a member whose MemberCluster has no spec.replication (the
+	// other members could not reach it); it waits until one is set.
+	ReasonWaitingForReplicationEndpoint = "WaitingForReplicationEndpoint"
+	// ReasonTopologyCertificates (Stalled): the hub Secret that keeps a
+	// PrimaryStandby Database's certificates exists and is not the
+	// Database's, or holds a CA the hub cannot read.
+	ReasonTopologyCertificates = "TopologyCertificates"
 
 	// ReasonDeletionProtected: the Database is being deleted while
 	// spec.deletionProtection is true; the hub tears nothing down until it is
