@@ -69,6 +69,9 @@ type databaseScope struct {
 	leftRegistry []string
 	// rotation is the credential rotation's part of the status.
 	rotation rotationOutcome
+	// topology is the PrimaryStandby topology's part of the status (nil for
+	// an Independent Database).
+	topology *topologyPass
 }
 
 // stall ends the reconcile on a terminal error: the status written at the
@@ -116,6 +119,7 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		r.reconcilePlacement,
 		r.reconcileDroppedMembers,
 		r.reconcileRotation,
+		r.reconcileTopology,
 		r.reconcileRollout,
 		r.reconcileStatus,
 	)

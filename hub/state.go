@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/cache"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/member"
 )
 
 // memberRole says what a member sync does for one Database in one member.
@@ -45,6 +46,11 @@ type plan struct {
 	// need not read a Secret the hub cache may not have seen yet; nil in a
 	// deletion plan.
 	credentials map[string][]byte
+	// roles fingerprint, per member, what its CloudNativePG Cluster is
+	// rendered with in a PrimaryStandby topology (roleKey): a member whose
+	// entry changed is woken. The member sync renders from the Database's
+	// stored status (decideRole), never from this.
+	roles map[string]string
 }
 
 func (p *plan) role(cluster string) memberRole {
@@ -75,7 +81,7 @@ func (p *plan) changedMembers(prev *plan) []string {
 	}
 	var out []string
 	for _, name := range sortedKeys(members) {
-		if p.role(name) != prev.role(name) {
+		if p.role(name) != prev.role(name) || p.roles[name] != prev.roles[name] {
 			out = append(out, name)
 		}
 	}
@@ -94,6 +100,10 @@ type memberResult struct {
 	Unreachable bool
 	// Rotation is what the member sync found about a credential rotation.
 	Rotation rotationReport
+	// Replication is what the member's CloudNativePG Cluster says about its
+	// place in a PrimaryStandby topology; nil otherwise, and when the last
+	// sync could not observe it.
+	Replication *member.ReplicationStatus
 	// At is when the result was recorded.
 	At time.Time
 }
@@ -111,7 +121,7 @@ func (r *memberResult) sameAs(o *memberResult) bool {
 	a, b := r.Status, o.Status
 	a.LastSyncTime, b.LastSyncTime = nil, nil
 	return a == b && r.HasWorkload == o.HasWorkload && r.TornDown == o.TornDown && r.Unreachable == o.Unreachable &&
-		r.Rotation == o.Rotation
+		r.Rotation == o.Rotation && sameReplication(r.Replication, o.Replication)
 }
 
 // state is the in-memory meeting point of the two controllers.
