@@ -2,6 +2,7 @@ package hub
 
 import (
 	"slices"
+	"time"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 )
@@ -99,5 +100,11 @@ func roleKey(db *fleetv1alpha1.Database, m string) string {
 		}
 		return ""
 	}
-	return r.Primary + "/" + r.PromotionToken
+	key := r.Primary + "/" + r.PromotionToken
+	// The old primary and the target are woken when a switchover starts, so
+	// that CheckTarget decides on what they report after it started.
+	if sw := db.Status.Topology.Switchover; sw != nil && sw.Step == fleetv1alpha1.StepCheckTarget && (m == sw.From || m == sw.To) {
+		key += "/check:" + sw.Started.UTC().Format(time.RFC3339)
+	}
+	return key
 }

@@ -126,14 +126,16 @@ func (t *topologyPass) stepDone(sw *fleetv1alpha1.SwitchoverStatus) (bool, strin
 // checkTarget: the target is a healthy standby of the primary, and the
 // primary is reachable (a switchover needs it to demote cleanly).
 func (t *topologyPass) checkTarget(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
-	from, to := t.in.views[sw.From], t.in.views[sw.To]
+	// Reports from before the switchover started may be stale: both members
+	// are woken when it is stored (roleKey) and decided on afresh.
+	from, to := t.fresh(sw.From, sw.Started.Time), t.fresh(sw.To, sw.Started.Time)
 	switch {
-	case from.unreachable || from.repl == nil:
-		return false, "the primary " + sw.From + " is unreachable or not observed: a switchover needs it (to promote without it, set spec.topology.failover)"
-	case to.unreachable || to.repl == nil || !to.repl.Healthy || to.repl.Primary != sw.From:
+	case from == nil:
+		return false, "waiting for a report of the primary " + sw.From + " (a switchover needs it reachable; to promote without it, set spec.topology.failover)"
+	case to == nil || !to.Healthy || to.Primary != sw.From:
 		return false, "waiting for " + sw.To + " to be a healthy standby of " + sw.From
 	}
-	sw.IgnoredDemotionToken = from.repl.DemotionToken
+	sw.IgnoredDemotionToken = from.DemotionToken
 	return true, ""
 }
 
