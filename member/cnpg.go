@@ -96,9 +96,6 @@ func (r renderer) cnpgCluster() *unstructured.Unstructured {
 	if res := r.cnpgResources(); len(res) > 0 {
 		spec["resources"] = res
 	}
-	if r.p.Topology != nil {
-		spec["replica"] = replicaStanza(r.p.Topology)
-	}
 	meta := r.meta(r.db.Name)
 	meta.Annotations[fleetv1alpha1.AnnotationGeneration] = strconv.FormatInt(r.db.Generation, 10)
 	u := NewCNPGCluster()
