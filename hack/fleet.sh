@@ -126,7 +126,7 @@ register() {
 	KUBECTL="$KUBECTL" "$root/hack/join-member.sh" --name "$c" \
 		--member-kubeconfig "$(kubeconfig "$c")" --hub-kubeconfig "$(kubeconfig hub)" \
 		--hub-namespace "$HUB_NS" --labels "fleetdb.io/sample=true,region=region-$i,tier=prod" \
-		--all-namespaces >/dev/null
+		--all-namespaces --replication-host-template "\$(DATABASE)-rw.\$(NAMESPACE).$c.fleet.local" >/dev/null
 }
 
 up() {

@@ -5,7 +5,9 @@
 #     --member-kubeconfig eu-1.kubeconfig --hub-kubeconfig hub.kubeconfig \
 #     [--labels region=eu,tier=prod] [--server https://eu-1.example:6443] \
 #     [--member-context CTX] [--hub-context CTX] [--hub-namespace fleetdb-system] \
-#     [--timeout 120] [--all-namespaces | --namespace-labels team=a,...]
+#     [--timeout 120] [--all-namespaces | --namespace-labels team=a,...] \
+#     [--replication-host-template '$(DATABASE)-rw.$(NAMESPACE).eu-1.example.net' \
+#      [--replication-port 5432]]
 #
 # What it does, idempotently (run it again to relabel a member or to hand the
 # hub a rotated token):
@@ -24,6 +26,10 @@
 #      those of namespaces with these labels; with neither, the selector is
 #      left unset and no namespace may use the member until a platform admin
 #      sets one (fleetdb's safe default).
+#   6. with --replication-host-template, sets spec.replication: the address at
+#      which the other members reach a Database's primary in this member
+#      (PrimaryStandby Databases wait for it; see README, Primary/standby
+#      topology). Routing that name to the member is the platform team's job.
 #
 # --server is the member API server's address as the hub reaches it, which is
 # not always the address in your own kubeconfig: on kind, the hub's pods reach a
@@ -50,6 +56,7 @@ kubectl_bin=${KUBECTL:-kubectl}
 
 name="" member_kubeconfig="" hub_kubeconfig="" labels="" server="" ns_selector=""
 member_context="" hub_context="" hub_namespace="fleetdb-system" timeout=120
+repl_host="" repl_port=5432
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--name) name=${2:?--name needs a value}; shift 2 ;;
@@ -62,6 +69,8 @@ while [ $# -gt 0 ]; do
 	--hub-namespace) hub_namespace=${2:?--hub-namespace needs a value}; shift 2 ;;
 	--timeout) timeout=${2:?--timeout needs a value}; shift 2 ;;
 	--all-namespaces) ns_selector="{}"; shift ;;
+	--replication-host-template) repl_host=${2:?--replication-host-template needs a value}; shift 2 ;;
+	--replication-port) repl_port=${2:?--replication-port needs a value}; shift 2 ;;
 	--namespace-labels)
 		ns_pairs=${2:?--namespace-labels needs k=v[,k=v...]}; shift 2
 		ns_selector="{matchLabels: {"
@@ -162,7 +171,10 @@ spec:
   kubeconfigSecretRef:
     name: "$name-kubeconfig"
     key: kubeconfig${ns_selector:+
-  namespaceSelector: $ns_selector}
+  namespaceSelector: $ns_selector}${repl_host:+
+  replication:
+    hostTemplate: '$repl_host'
+    port: $repl_port}
 EOF
 "${hub[@]}" apply --server-side --field-manager=fleetdb-join -f "$tmp/membercluster.yaml" >/dev/null
 

@@ -18,6 +18,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/member"
 )
 
 // +kubebuilder:rbac:groups=fleetdb.io,resources=databases,verbs=get;list;watch;update;patch
@@ -69,9 +70,11 @@ type databaseScope struct {
 	leftRegistry []string
 	// rotation is the credential rotation's part of the status.
 	rotation rotationOutcome
-	// topology is the PrimaryStandby topology's part of the status (nil for
-	// an Independent Database).
-	topology *topologyPass
+	// topology is each target's PrimaryStandby wiring (nil for Independent).
+	topology map[string]*member.Topology
+	// topologyPass is the PrimaryStandby topology's part of the status
+	// (nil for an Independent Database).
+	topologyPass *topologyPass
 }
 
 // stall ends the reconcile on a terminal error: the status written at the
@@ -118,6 +121,7 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		r.reconcileBackend,
 		r.reconcilePlacement,
 		r.reconcileDroppedMembers,
+		r.reconcileTopologyWiring,
 		r.reconcileRotation,
 		r.reconcileTopology,
 		r.reconcileRollout,

@@ -82,6 +82,7 @@ func (r *databaseReconciler) reconcileRollout(ctx context.Context, s *databaseSc
 		targets:     s.targets,
 		teardown:    s.teardown,
 		credentials: s.credentials,
+		topology:    s.topology,
 		roles:       topologyRoles(s.db, s.placement.Targets),
 	})
 	return ctrl.Result{}, nil
@@ -101,8 +102,8 @@ func (r *databaseReconciler) reconcileStatus(_ context.Context, s *databaseScope
 	})
 	st.LeftBehind = leftBehindStatus(s.db, s.leftRegistry, s.targets, r.now())
 	s.rotation.apply(&st)
-	if s.topology != nil {
-		s.topology.apply(&st)
+	if s.topologyPass != nil {
+		s.topologyPass.apply(&st)
 	}
 	r.memberEvents(s.db, st)
 	s.status = &st

@@ -251,13 +251,19 @@ func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c 
 		}
 		creds = s.Data
 	}
+	topology := p.topology[cluster]
+	if db.TopologyMode() == fleetv1alpha1.TopologyPrimaryStandby && topology == nil {
+		// Never render a PrimaryStandby member without its wiring: it would
+		// start a second, independent primary.
+		return member.ApplyResult{}, fmt.Errorf("the plan has no topology wiring for member %s yet", cluster)
+	}
 	objs, err := member.Render(member.Params{
 		Database:        db,
 		Cluster:         cluster,
 		Credentials:     creds,
 		ImageRepository: r.opts.ImageRepository,
 		Traceparent:     p.traceparent,
-		Topology:        memberTopology(db, cluster, p),
+		Topology:        topology,
 	})
 	if err != nil {
 		return member.ApplyResult{}, fmt.Errorf("rendering: %w", err)

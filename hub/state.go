@@ -3,6 +3,7 @@ package hub
 import (
 	"bytes"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,10 +47,13 @@ type plan struct {
 	// need not read a Secret the hub cache may not have seen yet; nil in a
 	// deletion plan.
 	credentials map[string][]byte
+	// topology is each target's PrimaryStandby wiring (replica, peers,
+	// certificates); nil for an Independent Database.
+	topology map[string]*member.Topology
 	// roles fingerprint, per member, what its CloudNativePG Cluster is
 	// rendered with in a PrimaryStandby topology (roleKey): a member whose
-	// entry changed is woken. The member sync renders from the Database's
-	// stored status (decideRole), never from this.
+	// entry changed is woken (topology carries what it renders; both derive
+	// from the Database's stored status, see decideRole).
 	roles map[string]string
 }
 
@@ -81,11 +85,24 @@ func (p *plan) changedMembers(prev *plan) []string {
 	}
 	var out []string
 	for _, name := range sortedKeys(members) {
-		if p.role(name) != prev.role(name) || p.roles[name] != prev.roles[name] {
+		if p.role(name) != prev.role(name) || p.roles[name] != prev.roles[name] ||
+			!sameTopology(p.topology[name], prev.topology[name]) {
 			out = append(out, name)
 		}
 	}
 	return out
+}
+
+// sameTopology compares two members' wiring, certificates included.
+func sameTopology(a, b *member.Topology) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	ca, cb := a.Certificates, b.Certificates
+	return a.Self == b.Self && a.Primary == b.Primary && a.PromotionToken == b.PromotionToken &&
+		slices.Equal(a.Peers, b.Peers) &&
+		bytes.Equal(ca.CACert, cb.CACert) && bytes.Equal(ca.ServerCert, cb.ServerCert) && bytes.Equal(ca.ServerKey, cb.ServerKey) &&
+		bytes.Equal(ca.ReplicationCert, cb.ReplicationCert) && bytes.Equal(ca.ReplicationKey, cb.ReplicationKey)
 }
 
 // memberResult is what the last member sync observed for one Database in one member.

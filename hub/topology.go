@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"fmt"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -36,14 +35,11 @@ var (
 // to members: they render from the status this reconcile stores
 // (decideRole), so every step is resumable after a hub restart.
 func (r *databaseReconciler) reconcileTopology(ctx context.Context, s *databaseScope) (ctrl.Result, error) {
-	s.topology = nil
+	s.topologyPass = nil
 	if s.db.TopologyMode() != fleetv1alpha1.TopologyPrimaryStandby || s.db.Spec.Topology == nil {
 		return ctrl.Result{}, nil
 	}
-	if want := s.db.Spec.Topology.PrimaryCluster; !s.targets[want] {
-		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonPrimaryNotPlaced, fmt.Errorf(
-			"spec.topology.primaryCluster %q is not one of the placed members %v", want, sortedKeys(s.targets)))
-	}
+	// reconcileTopologyWiring stalled a Database whose primaryCluster is not placed.
 	views := map[string]memberView{}
 	for m := range s.targets {
 		v := memberView{unreachable: !r.reachable(m)}
@@ -58,7 +54,7 @@ func (r *databaseReconciler) reconcileTopology(ctx context.Context, s *databaseS
 		in.newTraceID = newTraceID
 	}
 	pass := runTopology(in)
-	s.topology = pass
+	s.topologyPass = pass
 	for _, e := range pass.events {
 		kind := corev1.EventTypeNormal
 		if e.warning {

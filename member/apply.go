@@ -70,7 +70,9 @@ type ApplyResult struct {
 //     nothing is sent. A new traceparent alone is no reason to write.
 //   - The volumeClaimTemplates of an existing StatefulSet are immutable: when
 //     the rendered ones differ (a storage change, an adopted StatefulSet),
-//     the live ones are kept.
+//     the live ones are kept. So is the spec.bootstrap of an existing
+//     CloudNativePG Cluster (immutable in CloudNativePG: a standby created
+//     by pg_basebackup keeps that bootstrap after a switchover promoted it).
 //   - fleetdb objects of this Database that objs does not hold are deleted
 //     (PersistentVolumeClaims never are). objs must therefore be complete.
 //

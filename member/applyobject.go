@@ -36,6 +36,7 @@ func ApplyBody(desired, live client.Object) (*unstructured.Unstructured, error) 
 		return nil, err
 	}
 	delete(content, "status")
+	keepLiveBootstrap(content, live)
 	if templates, ok, _ := unstructured.NestedSlice(content, "spec", "volumeClaimTemplates"); ok {
 		for _, t := range templates {
 			if m, ok := t.(map[string]any); ok {

@@ -43,13 +43,16 @@ const (
 // current primary, the same name the StatefulSet backend uses) and the
 // Cluster. CloudNativePG creates its own "<name>-rw", "-ro" and "-r"
 // Services, pods, volume claims and PodDisruptionBudgets.
+//
+// With Params.Topology (PrimaryStandby) the certificate Secrets come after
+// the credentials and the Cluster is wired to the other members (see
+// wireTopology).
 func (r renderer) renderCNPG() []client.Object {
-	return []client.Object{
-		r.namespace(),
-		r.basicAuthSecret(),
-		r.primaryService(),
-		r.cnpgCluster(),
+	objs := []client.Object{r.namespace(), r.basicAuthSecret()}
+	if r.p.Topology != nil {
+		objs = append(objs, r.topologySecrets()...)
 	}
+	return append(objs, r.primaryService(), r.cnpgCluster())
 }
 
 func (r renderer) basicAuthSecret() *corev1.Secret {
@@ -96,6 +99,9 @@ func (r renderer) cnpgCluster() *unstructured.Unstructured {
 	if res := r.cnpgResources(); len(res) > 0 {
 		spec["resources"] = res
 	}
+	if r.p.Topology != nil {
+		r.wireTopology(spec)
+	}
 	meta := r.meta(r.db.Name)
 	meta.Annotations[fleetv1alpha1.AnnotationGeneration] = strconv.FormatInt(r.db.Generation, 10)
 	u := NewCNPGCluster()
@@ -134,6 +140,12 @@ type cnpgStatus struct {
 	// readyGeneration is the Ready condition's observedGeneration (0 when unset).
 	readyGeneration int64
 	hibernated      bool
+}
+
+// healthy: CloudNativePG reports the Cluster healthy with every instance
+// ready, and its Ready condition is not False.
+func (s cnpgStatus) healthy() bool {
+	return s.phase == cnpgHealthyPhase && s.readyInstances == s.instances && s.ready != "False"
 }
 
 func readCNPGStatus(u *unstructured.Unstructured) cnpgStatus {
@@ -194,7 +206,8 @@ func observeCNPG(ctx context.Context, c client.Reader, db *fleetv1alpha1.Databas
 	}
 	st.Endpoint = endpoint
 
-	healthy := s.phase == cnpgHealthyPhase && s.readyInstances == s.instances && s.ready != "False"
+	st.Role = cnpgRole(u)
+	healthy := s.healthy()
 	// CloudNativePG's Ready condition may carry the generation it judged; a
 	// Ready from before the last spec change says nothing about it.
 	caughtUp := healthy && (s.readyGeneration == 0 || s.readyGeneration >= u.GetGeneration())

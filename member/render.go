@@ -80,6 +80,12 @@ func Render(p Params) ([]client.Object, error) {
 	}
 
 	r := renderer{p: p, db: db, eng: eng, eff: effectiveFor(db, p.Cluster)}
+	if p.Topology != nil && db.EffectiveBackend() != fleetv1alpha1.BackendCloudNativePG {
+		return nil, fmt.Errorf("render %s/%s: a PrimaryStandby topology needs the CloudNativePG backend", db.Namespace, db.Name)
+	}
+	if err := checkTopology(p.Topology); err != nil {
+		return nil, fmt.Errorf("render %s/%s: %w", db.Namespace, db.Name, err)
+	}
 	if db.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG {
 		return r.renderCNPG(), nil
 	}

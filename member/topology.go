@@ -23,6 +23,24 @@ type Topology struct {
 	// Peers are every placed member (Self included), by name, with the
 	// address a standby in another member uses to reach its primary.
 	Peers []Peer
+	// Certificates are the PEM certificates (and this member's keys) the
+	// Cluster uses for replication between the members, issued by the hub
+	// from one CA per Database. The CA's private key is never here.
+	Certificates TopologyCertificates
+}
+
+// TopologyCertificates are the PEM data Render writes into the member's
+// certificate Secrets (see TopologyCASecretName and the others).
+type TopologyCertificates struct {
+	// CACert is the Database's CA certificate: it signed every member's
+	// server certificate and the replication client certificate.
+	CACert []byte
+	// ServerCert and ServerKey are this member's server certificate (for
+	// its peer host and its in-cluster Service names) and private key.
+	ServerCert, ServerKey []byte
+	// ReplicationCert and ReplicationKey are the client certificate of the
+	// streaming_replica user and its private key.
+	ReplicationCert, ReplicationKey []byte
 }
 
 // Peer is one member of a PrimaryStandby topology as the others reach it.

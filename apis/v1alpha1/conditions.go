@@ -211,6 +211,17 @@ const (
 	// spec.connection does not allow it.
 	ReasonInsecureKubeconfig = "InsecureKubeconfig"
 
+	// ReasonPrimaryNotPlaced (Stalled): spec.topology.primaryCluster is not
+	// one of the members the placement selects.
+	ReasonPrimaryNotPlaced = "PrimaryNotPlaced"
+	// ReasonWaitingForReplicationEndpoint: a PrimaryStandby Database is
+	// placed on a member whose MemberCluster has no spec.replication (the
+	// other members could not reach it); it waits until one is set.
+	ReasonWaitingForReplicationEndpoint = "WaitingForReplicationEndpoint"
+	// ReasonTopologyCertificates (Stalled): the hub Secret that keeps a
+	// PrimaryStandby Database's certificates exists and is not the
+	// Database's, or holds a CA the hub cannot read.
+	ReasonTopologyCertificates = "TopologyCertificates"
 	// ReasonTopologyStable (TopologyStable True): the primary is
 	// status.topology.primaryCluster, healthy, and every reachable standby
 	// follows it.
@@ -225,9 +236,6 @@ const (
 	// ReasonPrimaryNotReady: the primary member's Cluster does not report
 	// itself primary and healthy (yet).
 	ReasonPrimaryNotReady = "PrimaryNotReady"
-	// ReasonPrimaryNotPlaced: spec.topology.primaryCluster is not one of the
-	// placed members (the Database stalls).
-	ReasonPrimaryNotPlaced = "PrimaryNotPlaced"
 	// ReasonStandbyNotFollowing: a reachable standby's Cluster does not
 	// follow the primary (yet).
 	ReasonStandbyNotFollowing = "StandbyNotFollowing"

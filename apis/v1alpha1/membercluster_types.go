@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -56,6 +58,60 @@ type MemberClusterSpec struct {
 	// Connection opts in to kubeconfig settings the hub refuses by default.
 	// +optional
 	Connection ConnectionPolicy `json:"connection,omitempty"`
+	// Replication says how the other members reach this member's databases
+	// for streaming replication (spec.topology.mode PrimaryStandby). A
+	// PrimaryStandby Database placed on a member without it waits (reason
+	// WaitingForReplicationEndpoint) until it is set.
+	// +optional
+	Replication *ReplicationEndpoint `json:"replication,omitempty"`
+}
+
+// ReplicationEndpoint is the address at which other members reach the
+// primary ("<name>-rw" Service) of a Database in this member: a DNS name
+// that the platform team routes there (a LoadBalancer Service's DNS record,
+// a mesh or a cross-cluster service name), the same for every Database but
+// for its name and namespace.
+type ReplicationEndpoint struct {
+	// HostTemplate is the host name, with $(DATABASE) and $(NAMESPACE)
+	// replaced by the Database's name and namespace, e.g.
+	// "$(DATABASE)-rw.$(NAMESPACE).member-1.example.net". Both placeholders
+	// are required: two Databases must never share an address (a standby
+	// would stream from the wrong primary). The host is also put in the
+	// member's server certificate (serverAltDNSNames), which standbys verify
+	// (sslmode verify-full).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=200
+	// +kubebuilder:validation:XValidation:rule="self.contains('$(DATABASE)') && self.contains('$(NAMESPACE)')",message="spec.replication.hostTemplate must contain $(DATABASE) and $(NAMESPACE)"
+	// +kubebuilder:validation:XValidation:rule="self.replace('$(DATABASE)', 'd').replace('$(NAMESPACE)', 'n').matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="spec.replication.hostTemplate must be a DNS name (lower case) once $(DATABASE) and $(NAMESPACE) are replaced"
+	HostTemplate string `json:"hostTemplate"`
+	// Port is the TCP port at that host (5432 by default).
+	// +optional
+	// +kubebuilder:default=5432
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+}
+
+// Placeholders of ReplicationEndpoint.HostTemplate.
+const (
+	ReplicationHostDatabase  = "$(DATABASE)"
+	ReplicationHostNamespace = "$(NAMESPACE)"
+	// DefaultReplicationPort is ReplicationEndpoint.Port when unset.
+	DefaultReplicationPort int32 = 5432
+)
+
+// Host is the replication host of the Database namespace/name in this member.
+func (e *ReplicationEndpoint) Host(namespace, name string) string {
+	return strings.NewReplacer(ReplicationHostDatabase, name, ReplicationHostNamespace, namespace).Replace(e.HostTemplate)
+}
+
+// EffectivePort is Port, or DefaultReplicationPort when unset.
+func (e *ReplicationEndpoint) EffectivePort() int32 {
+	if e.Port == 0 {
+		return DefaultReplicationPort
+	}
+	return e.Port
 }
 
 // ConnectionPolicy lists the weaker ways to reach a member that the hub

@@ -20,6 +20,9 @@ import (
 // turns healthy, and a forced promotion with the old primary unreachable.
 func TestTopology(t *testing.T) {
 	e := startEnvWith(t, envOptions{}, "m1", "m2", "m3")
+	for _, m := range []string{"m1", "m2", "m3"} {
+		setReplication(NewWithT(t), e, m, "$(DATABASE)-rw.$(NAMESPACE)."+m+".fleet.test")
+	}
 	sim := newCNPGSim(e, 500*time.Millisecond)
 	go sim.run(e.ctx)
 	t.Run("a switchover survives a hub restart after every step and never makes two primaries", func(t *testing.T) { testSwitchoverRestarts(t, e) })
@@ -28,11 +31,8 @@ func TestTopology(t *testing.T) {
 }
 
 func newTopologyDB(ns, name, primary string, members ...string) *fleetv1alpha1.Database {
-	db := newCNPGDB(ns, name, members...)
-	db.Spec.Topology = &fleetv1alpha1.TopologySpec{
-		Mode: fleetv1alpha1.TopologyPrimaryStandby, PrimaryCluster: primary,
-		StepTimeout: &metav1.Duration{Duration: 10 * time.Second},
-	}
+	db := newPrimaryStandbyDB(ns, name, primary, members...)
+	db.Spec.Topology.StepTimeout = &metav1.Duration{Duration: 10 * time.Second}
 	return db
 }
 

@@ -38,6 +38,20 @@ func TestSamples(t *testing.T) {
 		g.Expect(sel.Matches(kindLabels)).To(BeTrue(), "the sample places on the kind members (%v)", kindLabels)
 	})
 
+	t.Run("database-primary-standby", func(t *testing.T) {
+		g := NewWithT(t)
+		docs := splitYAML(readFile(t, "deploy/samples/database-primary-standby.yaml"))
+		g.Expect(docs).To(HaveLen(1))
+		db, ok := decodeStrict(t, "deploy/samples/database-primary-standby.yaml", docs[0]).(*fleetv1alpha1.Database)
+		g.Expect(ok).To(BeTrue(), "the sample is a Database")
+		g.Expect(db.TopologyMode()).To(Equal(fleetv1alpha1.TopologyPrimaryStandby))
+		g.Expect(db.EffectiveBackend()).To(Equal(fleetv1alpha1.BackendCloudNativePG))
+		// make run's fleet: member-1 and member-2, joined with a replication endpoint.
+		g.Expect(db.Spec.Placement.ClusterNames).To(Equal([]string{"member-1", "member-2"}))
+		g.Expect(db.Spec.Topology.PrimaryCluster).To(Equal("member-1"))
+		g.Expect(readFile(t, "hack/fleet.sh")).To(ContainSubstring("--replication-host-template"), "the local fleet sets spec.replication")
+	})
+
 	t.Run("membercluster", func(t *testing.T) {
 		g := NewWithT(t)
 		docs := splitYAML(readFile(t, "deploy/samples/membercluster.yaml"))

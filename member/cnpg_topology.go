@@ -1,0 +1,228 @@
+package member
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+)
+
+// The PrimaryStandby wiring of a CloudNativePG Cluster (Params.Topology):
+// replica.{self,primary,source[,promotionToken]}, one externalClusters
+// entry per member, a bootstrap that streams a standby from the primary,
+// and certificates from the Database's CA (issued by the hub) so that a
+// standby verifies the primary's server certificate (sslmode verify-full)
+// and authenticates as streaming_replica with a client certificate.
+
+// Key names in the certificate Secrets, as CloudNativePG reads them.
+const (
+	// TLSCAKey holds the CA certificate (CloudNativePG's serverCASecret and
+	// clientCASecret: only the certificate is needed when serverTLSSecret and
+	// replicationTLSSecret are given, so the CA key never leaves the hub).
+	TLSCAKey = "ca.crt"
+	// TLSCertKey and TLSKeyKey are kubernetes.io/tls Secrets' keys.
+	TLSCertKey = corev1.TLSCertKey
+	TLSKeyKey  = corev1.TLSPrivateKeyKey
+	// ReplicationUser is CloudNativePG's streaming replication user, the CN
+	// of the replication client certificate.
+	ReplicationUser = "streaming_replica"
+)
+
+// TopologyCASecretName is the member Secret with the Database's CA certificate (ca.crt).
+func TopologyCASecretName(db string) string { return db + "-topology-ca" }
+
+// TopologyServerSecretName is the member's kubernetes.io/tls server certificate Secret.
+func TopologyServerSecretName(db string) string { return db + "-topology-server" }
+
+// TopologyReplicationSecretName is the kubernetes.io/tls client certificate
+// Secret of the streaming_replica user.
+func TopologyReplicationSecretName(db string) string { return db + "-topology-replication" }
+
+// ServerDNSNames are the in-cluster names of a Database's primary in a
+// member, which its server certificate carries besides the peer host: the
+// client Service "<name>" and CloudNativePG's "<name>-rw", "-ro" and "-r",
+// each short, with the namespace, and with ".svc".
+func ServerDNSNames(namespace, name string) []string {
+	var out []string
+	for _, svc := range []string{name, name + "-rw", name + "-ro", name + "-r"} {
+		out = append(out, svc, svc+"."+namespace, svc+"."+namespace+".svc")
+	}
+	return out
+}
+
+// checkTopology refuses a wiring Render cannot turn into a valid Cluster.
+func checkTopology(t *Topology) error {
+	if t == nil {
+		return nil
+	}
+	if t.Self == "" || t.Primary == "" {
+		return errors.New("topology: self and primary are required")
+	}
+	has := func(name string) bool {
+		return slices.ContainsFunc(t.Peers, func(p Peer) bool { return p.Name == name })
+	}
+	if !has(t.Self) || !has(t.Primary) {
+		return fmt.Errorf("topology: %q and %q must both be peers", t.Self, t.Primary)
+	}
+	for _, p := range t.Peers {
+		if p.Name == "" || p.Host == "" || p.Port <= 0 {
+			return fmt.Errorf("topology: peer %q has no name, host or port", p.Name)
+		}
+	}
+	c := t.Certificates
+	for _, b := range [][]byte{c.CACert, c.ServerCert, c.ServerKey, c.ReplicationCert, c.ReplicationKey} {
+		if len(b) == 0 {
+			return errors.New("topology: the certificates are incomplete")
+		}
+	}
+	return nil
+}
+
+// topologySecrets are the certificate Secrets of a PrimaryStandby member:
+// the CA certificate, the member's server certificate and the replication
+// client certificate.
+func (r renderer) topologySecrets() []client.Object {
+	c := r.p.Topology.Certificates
+	ca := r.tlsSecret(TopologyCASecretName(r.db.Name), corev1.SecretTypeOpaque, map[string][]byte{TLSCAKey: c.CACert})
+	server := r.tlsSecret(TopologyServerSecretName(r.db.Name), corev1.SecretTypeTLS,
+		map[string][]byte{TLSCertKey: c.ServerCert, TLSKeyKey: c.ServerKey})
+	repl := r.tlsSecret(TopologyReplicationSecretName(r.db.Name), corev1.SecretTypeTLS,
+		map[string][]byte{TLSCertKey: c.ReplicationCert, TLSKeyKey: c.ReplicationKey})
+	return []client.Object{ca, server, repl}
+}
+
+func (r renderer) tlsSecret(name string, typ corev1.SecretType, data map[string][]byte) *corev1.Secret {
+	for k, v := range data {
+		data[k] = append([]byte(nil), v...)
+	}
+	return &corev1.Secret{
+		TypeMeta:   typeMeta(corev1.SchemeGroupVersion, "Secret"),
+		ObjectMeta: r.meta(name),
+		Type:       typ,
+		Data:       data,
+	}
+}
+
+// wireTopology adds the PrimaryStandby fields to a Cluster spec. A standby
+// bootstraps with pg_basebackup from the primary, the primary with initdb;
+// CloudNativePG refuses a change of spec.bootstrap, so Apply keeps the
+// bootstrap of an existing Cluster (see ApplyBody): the one chosen when the
+// Cluster was created stays through every switchover.
+func (r renderer) wireTopology(spec map[string]any) {
+	t := r.p.Topology
+	replica := map[string]any{"self": t.Self, "primary": t.Primary, "source": t.Primary}
+	if t.PromotionToken != "" {
+		replica["promotionToken"] = t.PromotionToken
+	}
+	spec["replica"] = replica
+	spec["externalClusters"] = r.externalClusters()
+	var selfHost string
+	for _, p := range t.Peers {
+		if p.Name == t.Self {
+			selfHost = p.Host
+		}
+	}
+	spec["certificates"] = map[string]any{
+		"serverCASecret":       TopologyCASecretName(r.db.Name),
+		"clientCASecret":       TopologyCASecretName(r.db.Name),
+		"serverTLSSecret":      TopologyServerSecretName(r.db.Name),
+		"replicationTLSSecret": TopologyReplicationSecretName(r.db.Name),
+		"serverAltDNSNames":    []any{selfHost},
+	}
+	if t.Primary != t.Self {
+		initdb, _, _ := unstructured.NestedMap(spec, "bootstrap", "initdb")
+		basebackup := map[string]any{"source": t.Primary}
+		for _, k := range []string{"database", "owner", "secret"} {
+			if v, ok := initdb[k]; ok {
+				basebackup[k] = v
+			}
+		}
+		spec["bootstrap"] = map[string]any{"pg_basebackup": basebackup}
+	}
+}
+
+// externalClusters lists every member, sorted by name, as a standby
+// connects to it: streaming_replica with the replication client
+// certificate, verifying the server against the Database's CA.
+func (r renderer) externalClusters() []any {
+	peers := slices.Clone(r.p.Topology.Peers)
+	slices.SortFunc(peers, func(a, b Peer) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	ref := func(name, key string) map[string]any { return map[string]any{"name": name, "key": key} }
+	out := make([]any, 0, len(peers))
+	for _, p := range peers {
+		out = append(out, map[string]any{
+			"name": p.Name,
+			"connectionParameters": map[string]any{
+				"host":    p.Host,
+				"port":    strconv.Itoa(int(p.Port)),
+				"user":    ReplicationUser,
+				"dbname":  "postgres",
+				"sslmode": "verify-full",
+			},
+			"sslCert":     ref(TopologyReplicationSecretName(r.db.Name), TLSCertKey),
+			"sslKey":      ref(TopologyReplicationSecretName(r.db.Name), TLSKeyKey),
+			"sslRootCert": ref(TopologyCASecretName(r.db.Name), TLSCAKey),
+		})
+	}
+	return out
+}
+
+// keepLiveBootstrap puts the live Cluster's spec.bootstrap into the apply
+// body of an existing Cluster: CloudNativePG's bootstrap is immutable (a
+// former standby keeps its pg_basebackup bootstrap after it was promoted).
+func keepLiveBootstrap(body map[string]any, live client.Object) {
+	cur, ok := live.(*unstructured.Unstructured)
+	if !ok || cur.GroupVersionKind() != CNPGClusterGVK {
+		return
+	}
+	if b, found, _ := unstructured.NestedFieldCopy(cur.Object, "spec", "bootstrap"); found {
+		_ = unstructured.SetNestedField(body, b, "spec", "bootstrap")
+	}
+}
+
+// ReadReplicationStatus is what a CloudNativePG Cluster says about its
+// place in a PrimaryStandby topology.
+func ReadReplicationStatus(u *unstructured.Unstructured) ReplicationStatus {
+	s := readCNPGStatus(u)
+	rs := ReplicationStatus{
+		CurrentPrimary: s.currentPrimary,
+		Healthy:        s.healthy(),
+	}
+	rs.Primary, _, _ = unstructured.NestedString(u.Object, "spec", "replica", "primary")
+	rs.DemotionToken, _, _ = unstructured.NestedString(u.Object, "status", "demotionToken")
+	rs.LastPromotionToken, _, _ = unstructured.NestedString(u.Object, "status", "lastPromotionToken")
+	rs.SwitchInProgress, _, _ = unstructured.NestedBool(u.Object, "status", "switchReplicaClusterStatus", "inProgress")
+	return rs
+}
+
+// cnpgRole is the member's role from its Cluster's spec.replica: Primary
+// when replica.primary is replica.self, Standby otherwise; "" for a Cluster
+// without a distributed topology.
+func cnpgRole(u *unstructured.Unstructured) fleetv1alpha1.MemberRole {
+	primary, _, _ := unstructured.NestedString(u.Object, "spec", "replica", "primary")
+	self, _, _ := unstructured.NestedString(u.Object, "spec", "replica", "self")
+	switch {
+	case primary == "":
+		return ""
+	case self == "":
+		self = u.GetName() // CloudNativePG's default for replica.self
+	}
+	if primary == self {
+		return fleetv1alpha1.RolePrimary
+	}
+	return fleetv1alpha1.RoleStandby
+}

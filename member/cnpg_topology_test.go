@@ -1,0 +1,150 @@
+package member_test
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/member"
+)
+
+func testTopology(self, primary string) *member.Topology {
+	return &member.Topology{
+		Self:    self,
+		Primary: primary,
+		Peers: []member.Peer{
+			{Name: "us-1", Host: "orders-rw.team-a.us-1.example.net", Port: 5432},
+			{Name: "eu-1", Host: "orders-rw.team-a.eu-1.example.net", Port: 15432},
+		},
+		Certificates: member.TopologyCertificates{
+			CACert:     []byte("ca-cert"),
+			ServerCert: []byte("server-cert-" + self), ServerKey: []byte("server-key-" + self),
+			ReplicationCert: []byte("repl-cert"), ReplicationKey: []byte("repl-key"),
+		},
+	}
+}
+
+func topologyParams(self, primary string) member.Params {
+	return member.Params{Database: cnpgTestDatabase(), Cluster: self, Credentials: testCredentials(), Topology: testTopology(self, primary)}
+}
+
+func TestRenderTopologyPrimary(t *testing.T) {
+	g := NewWithT(t)
+	r := render(t, topologyParams("eu-1", "eu-1"))
+	g.Expect(r.order).To(Equal([]string{"Namespace/team-a", "Secret/orders-credentials", "Secret/orders-topology-ca",
+		"Secret/orders-topology-server", "Secret/orders-topology-replication", "Service/orders", "Cluster/orders"}))
+	spec := r.cluster().Object["spec"].(map[string]any)
+	g.Expect(spec["replica"]).To(Equal(map[string]any{"self": "eu-1", "primary": "eu-1", "source": "eu-1"}))
+	g.Expect(spec["bootstrap"]).To(Equal(map[string]any{"initdb": map[string]any{
+		"database": "app", "owner": "app", "secret": map[string]any{"name": "orders-credentials"},
+	}}), "the primary starts a new database")
+	g.Expect(spec["certificates"]).To(Equal(map[string]any{
+		"serverCASecret": "orders-topology-ca", "clientCASecret": "orders-topology-ca",
+		"serverTLSSecret": "orders-topology-server", "replicationTLSSecret": "orders-topology-replication",
+		"serverAltDNSNames": []any{"orders-rw.team-a.eu-1.example.net"},
+	}))
+	ref := func(name, key string) map[string]any { return map[string]any{"name": name, "key": key} }
+	g.Expect(spec["externalClusters"]).To(Equal([]any{
+		map[string]any{
+			"name": "eu-1",
+			"connectionParameters": map[string]any{"host": "orders-rw.team-a.eu-1.example.net", "port": "15432",
+				"user": "streaming_replica", "dbname": "postgres", "sslmode": "verify-full"},
+			"sslCert": ref("orders-topology-replication", "tls.crt"), "sslKey": ref("orders-topology-replication", "tls.key"),
+			"sslRootCert": ref("orders-topology-ca", "ca.crt"),
+		},
+		map[string]any{
+			"name": "us-1",
+			"connectionParameters": map[string]any{"host": "orders-rw.team-a.us-1.example.net", "port": "5432",
+				"user": "streaming_replica", "dbname": "postgres", "sslmode": "verify-full"},
+			"sslCert": ref("orders-topology-replication", "tls.crt"), "sslKey": ref("orders-topology-replication", "tls.key"),
+			"sslRootCert": ref("orders-topology-ca", "ca.crt"),
+		},
+	}), "every member, sorted by name")
+
+	ca := r.objs["Secret/orders-topology-ca"].(*corev1.Secret)
+	g.Expect(ca.Data).To(Equal(map[string][]byte{"ca.crt": []byte("ca-cert")}), "the CA Secret holds no key")
+	server := r.objs["Secret/orders-topology-server"].(*corev1.Secret)
+	g.Expect(server.Type).To(Equal(corev1.SecretTypeTLS))
+	g.Expect(server.Data).To(Equal(map[string][]byte{"tls.crt": []byte("server-cert-eu-1"), "tls.key": []byte("server-key-eu-1")}))
+	repl := r.objs["Secret/orders-topology-replication"].(*corev1.Secret)
+	g.Expect(repl.Type).To(Equal(corev1.SecretTypeTLS))
+	g.Expect(repl.Data).To(Equal(map[string][]byte{"tls.crt": []byte("repl-cert"), "tls.key": []byte("repl-key")}))
+	g.Expect(repl.Labels).To(HaveKeyWithValue(fleetv1alpha1.LabelDatabaseName, "orders"), "labelled like every member object")
+}
+
+func TestRenderTopologyStandby(t *testing.T) {
+	g := NewWithT(t)
+	p := topologyParams("us-1", "eu-1")
+	spec := render(t, p).cluster().Object["spec"].(map[string]any)
+	g.Expect(spec["replica"]).To(Equal(map[string]any{"self": "us-1", "primary": "eu-1", "source": "eu-1"}))
+	g.Expect(spec["bootstrap"]).To(Equal(map[string]any{"pg_basebackup": map[string]any{
+		"source": "eu-1", "database": "app", "owner": "app", "secret": map[string]any{"name": "orders-credentials"},
+	}}), "a standby streams its data from the primary")
+	alt, _, _ := unstructured.NestedStringSlice(spec, "certificates", "serverAltDNSNames")
+	g.Expect(alt).To(Equal([]string{"orders-rw.team-a.us-1.example.net"}), "its own peer host")
+
+	p.Topology.PromotionToken = "token"
+	p.Topology.Primary = "us-1"
+	spec = render(t, p).cluster().Object["spec"].(map[string]any)
+	g.Expect(spec["replica"]).To(Equal(map[string]any{"self": "us-1", "primary": "us-1", "source": "us-1", "promotionToken": "token"}))
+}
+
+func TestRenderTopologyRefusesIncompleteWiring(t *testing.T) {
+	for name, mutate := range map[string]func(*member.Params){
+		"primary not a peer": func(p *member.Params) { p.Topology.Primary = "ap-1" },
+		"self not a peer":    func(p *member.Params) { p.Topology.Self = "ap-1" },
+		"peer without host":  func(p *member.Params) { p.Topology.Peers[0].Host = "" },
+		"no server key":      func(p *member.Params) { p.Topology.Certificates.ServerKey = nil },
+		"StatefulSet backend": func(p *member.Params) {
+			p.Database.Spec.Backend = fleetv1alpha1.BackendStatefulSet
+			p.Database.Spec.Replicas = 1
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := topologyParams("us-1", "eu-1")
+			mutate(&p)
+			_, err := member.Render(p)
+			NewWithT(t).Expect(err).To(HaveOccurred())
+		})
+	}
+}
+
+func TestReadReplicationStatusAndRole(t *testing.T) {
+	g := NewWithT(t)
+	u := member.NewCNPGCluster()
+	u.SetName("orders")
+	u.Object["spec"] = map[string]any{"instances": int64(2), "replica": map[string]any{"self": "us-1", "primary": "eu-1", "source": "eu-1"}}
+	u.Object["status"] = map[string]any{
+		"phase": "Cluster in healthy state", "readyInstances": int64(2), "currentPrimary": "orders-1",
+		"demotionToken": "dt", "lastPromotionToken": "lpt",
+		"switchReplicaClusterStatus": map[string]any{"inProgress": true},
+		"conditions":                 []any{map[string]any{"type": "Ready", "status": "True"}},
+	}
+	g.Expect(member.ReadReplicationStatus(u)).To(Equal(member.ReplicationStatus{
+		Primary: "eu-1", DemotionToken: "dt", LastPromotionToken: "lpt", SwitchInProgress: true, Healthy: true, CurrentPrimary: "orders-1",
+	}))
+	u.Object["status"].(map[string]any)["readyInstances"] = int64(1)
+	g.Expect(member.ReadReplicationStatus(u).Healthy).To(BeFalse(), "an instance is not ready")
+}
+
+func TestApplyBodyKeepsTheLiveBootstrap(t *testing.T) {
+	g := NewWithT(t)
+	// The member was a standby when its Cluster was created; a switchover
+	// made it the primary, whose rendering asks for initdb.
+	live := render(t, topologyParams("us-1", "eu-1")).cluster()
+	promoted := render(t, topologyParams("us-1", "us-1")).cluster()
+	body, err := member.ApplyBody(promoted, live)
+	g.Expect(err).NotTo(HaveOccurred())
+	b, _, _ := unstructured.NestedMap(body.Object, "spec", "bootstrap")
+	g.Expect(b).To(HaveKey("pg_basebackup"), "CloudNativePG's bootstrap is immutable")
+	primary, _, _ := unstructured.NestedString(body.Object, "spec", "replica", "primary")
+	g.Expect(primary).To(Equal("us-1"), "the rest of the rendering goes through")
+
+	body, err = member.ApplyBody(promoted, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	b, _, _ = unstructured.NestedMap(body.Object, "spec", "bootstrap")
+	g.Expect(b).To(HaveKey("initdb"), "a new Cluster takes the rendered bootstrap")
+}
