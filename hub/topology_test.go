@@ -1,11 +1,14 @@
 package hub
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -213,4 +216,41 @@ func TestForcedFailover(t *testing.T) {
 	g.Expect(db.Status.Topology.Fenced).To(BeEmpty())
 	g.Expect(pass.condReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), pass.msg)
 	g.Expect(memberRoleOf(db.Status.Topology, "a")).To(Equal(fleetv1alpha1.RoleStandby))
+}
+
+// TestSwitchoverTrace: every step of a switchover is a span in the trace
+// whose id the status keeps, across passes (and so across hub restarts).
+func TestSwitchoverTrace(t *testing.T) {
+	g := NewWithT(t)
+	rec := tracetest.NewSpanRecorder()
+	r := &databaseReconciler{tracer: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("test")}
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	db, m := psDB("a"), newModel("a", "b")
+	targets := map[string]bool{"a": true, "b": true}
+	drive(db, m, &now, 3)
+	db.Spec.Topology.PrimaryCluster = "b"
+	for range 20 {
+		m.render(db)
+		now = now.Add(time.Second)
+		pass := runTopology(topologyInput{db: db, targets: targets, views: m.views(now), now: now, newTraceID: newTraceID})
+		r.switchoverSpans(context.Background(), db, pass)
+		st := pass.st
+		db.Status.Topology = &st
+	}
+	last := db.Status.Topology.LastSwitchover
+	g.Expect(last.Outcome).To(Equal(switchoverSucceeded))
+	g.Expect(last.TraceID).To(HaveLen(32))
+	var steps []string
+	for _, s := range rec.Ended() {
+		g.Expect(s.SpanContext().TraceID().String()).To(Equal(last.TraceID), s.Name())
+		if s.Name() == spanSwitchoverStep {
+			for _, a := range s.Attributes() {
+				if a.Key == attrSwitchoverStep {
+					steps = append(steps, a.Value.AsString())
+				}
+			}
+		}
+	}
+	g.Expect(steps).To(Equal([]string{"CheckTarget", "Demote", "WaitDemotion", "Promote", "WaitPromotion", "Repoint"}))
+	g.Expect(rec.Ended()[len(rec.Ended())-1].Name()).To(Equal(spanSwitchover))
 }
