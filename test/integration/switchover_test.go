@@ -26,7 +26,7 @@ func TestTopology(t *testing.T) {
 	sim := newCNPGSim(e, 500*time.Millisecond)
 	go sim.run(e.ctx)
 	t.Run("a switchover survives a hub restart after every step and never makes two primaries", func(t *testing.T) { testSwitchoverRestarts(t, e) })
-	t.Run("a target that never turns healthy stops the switchover; the old primary stays", func(t *testing.T) { testSwitchoverTargetUnhealthy(t, e, sim) })
+	t.Run("a never-healthy target or a demotion without a token stops the switchover; the old primary stays or comes back", func(t *testing.T) { testSwitchoverTargetUnhealthy(t, e, sim) })
 	t.Run("a forced promotion fences the lost primary, which comes back as a standby", func(t *testing.T) { testForcedFailover(t, e, sim) })
 }
 
@@ -152,6 +152,30 @@ func testSwitchoverTargetUnhealthy(t *testing.T, e *env, sim *cnpgSim) {
 	sim.setUnhealthy("m2", false)
 	db = e.expectStable(g, ns, "ledger", "m1", members...)
 	g.Expect(db.Status.Topology.LastSwitchover.Outcome).To(Equal("Aborted"))
+
+	// The old primary takes the demotion but never publishes a token (its
+	// operator is frozen): WaitDemotion times out, the target is never
+	// written primary; setting primaryCluster back makes m1 primary again.
+	sim.freeze("m1", true)
+	defer sim.freeze("m1", false)
+	db.Spec.Topology.PrimaryCluster = "m2"
+	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		db := e.getDB(ns, "ledger")
+		c := condition(db.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
+		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonSwitchoverStepTimedOut), c.Message)
+		g.Expect(db.Status.Topology.Switchover.Step).To(Equal(fleetv1alpha1.StepWaitDemotion))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Eventually(e.eventSeen(ns, fleetv1alpha1.ReasonSwitchoverStepTimedOut, "WaitDemotion")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	p, _ = e.replicaOf(g, "m1", ns, "ledger")
+	g.Expect(p).To(Equal("m2"), "the old primary was demoted")
+	p, _ = e.replicaOf(g, "m2", ns, "ledger")
+	g.Expect(p).To(Equal("m1"), "the target is never written primary without the demotion token")
+	db = e.getDB(ns, "ledger")
+	db.Spec.Topology.PrimaryCluster = "m1"
+	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
+	sim.freeze("m1", false)
+	e.expectStable(g, ns, "ledger", "m1", members...)
 }
 
 func testForcedFailover(t *testing.T, e *env, sim *cnpgSim) {
