@@ -30,6 +30,9 @@
 #      which the other members reach a Database's primary in this member
 #      (PrimaryStandby Databases wait for it; see README, Primary/standby
 #      topology). Routing that name to the member is the platform team's job.
+#      Pass it on every run: the MemberCluster is applied as a whole, and a run
+#      without it removes spec.replication (PrimaryStandby Databases on the
+#      member then wait; nothing is deleted).
 #
 # --server is the member API server's address as the hub reaches it, which is
 # not always the address in your own kubeconfig: on kind, the hub's pods reach a

@@ -64,6 +64,9 @@ func (e errTopologyPKI) Error() string { return e.msg }
 type topologyPKI struct {
 	certs map[string]member.TopologyCertificates
 	renew time.Time
+	// issued names the certificates this pass issued ("CA", "replication",
+	// "server <member>"); empty when every one was kept.
+	issued []string
 }
 
 // ensureTopologyPKI keeps the Database's replication PKI in its hub Secret
@@ -104,7 +107,7 @@ func ensureTopologyPKI(ctx context.Context, c client.Client, live client.Reader,
 		return topologyPKI{}, err
 	}
 	if maps.EqualFunc(data, s.Data, bytes.Equal) {
-		return pki, nil
+		return pki, nil // a member dropped from placement only removes entries
 	}
 	patch := client.MergeFromWithOptions(s.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	s.Data = data
@@ -150,10 +153,16 @@ func issueTopologyPKI(db *fleetv1alpha1.Database, old map[string][]byte, hosts m
 	}
 	data := map[string][]byte{pkiCACert: ca.certPEM, pkiCAKey: ca.keyPEM}
 	pki := topologyPKI{certs: map[string]member.TopologyCertificates{}}
-	leaf := func(certKey, keyKey string, tmpl *x509.Certificate) error {
+	if !bytes.Equal(old[pkiCACert], ca.certPEM) {
+		pki.issued = append(pki.issued, "CA")
+	}
+	leaf := func(what, certKey, keyKey string, tmpl *x509.Certificate) error {
 		certPEM, keyPEM, notAfter, err := ca.leaf(old[certKey], old[keyKey], tmpl, now)
 		if err != nil {
 			return err
+		}
+		if !bytes.Equal(old[certKey], certPEM) {
+			pki.issued = append(pki.issued, what)
 		}
 		data[certKey], data[keyKey] = certPEM, keyPEM
 		if due := notAfter.Add(-certRenewBefore); pki.renew.IsZero() || due.Before(pki.renew) {
@@ -161,11 +170,11 @@ func issueTopologyPKI(db *fleetv1alpha1.Database, old map[string][]byte, hosts m
 		}
 		return nil
 	}
-	if err := leaf(pkiReplCrt, pkiReplKey, clientTemplate()); err != nil {
+	if err := leaf("replication", pkiReplCrt, pkiReplKey, clientTemplate()); err != nil {
 		return nil, topologyPKI{}, err
 	}
 	for _, m := range slices.Sorted(maps.Keys(hosts)) {
-		if err := leaf(pkiServerCert(m), pkiServerKey(m), serverTemplate(db, hosts[m])); err != nil {
+		if err := leaf("server "+m, pkiServerCert(m), pkiServerKey(m), serverTemplate(db, hosts[m])); err != nil {
 			return nil, topologyPKI{}, err
 		}
 		pki.certs[m] = member.TopologyCertificates{
@@ -311,4 +320,13 @@ func parseKey(b []byte) (*ecdsa.PrivateKey, error) {
 		return nil, errors.New("no PEM EC private key")
 	}
 	return x509.ParseECPrivateKey(block.Bytes)
+}
+
+// IssueTopologyCertificates returns the certificates the hub issues for a
+// new PrimaryStandby Database placed on the members of hosts (member name
+// to replication host), as each member gets them. It keeps nothing: it is
+// for tests that put the certificates in front of a real PostgreSQL.
+func IssueTopologyCertificates(db *fleetv1alpha1.Database, hosts map[string]string, now time.Time) (map[string]member.TopologyCertificates, error) {
+	_, pki, err := issueTopologyPKI(db, nil, hosts, now)
+	return pki.certs, err
 }

@@ -55,11 +55,13 @@ func TestIssueTopologyPKI(t *testing.T) {
 	_, err = client.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(pki.renew).To(Equal(now.Add(leafLifetime - certRenewBefore)))
+	g.Expect(pki.issued).To(ConsistOf("CA", "replication", "server eu-1", "server us-1"))
 
 	// A pass before renewal is due changes nothing.
-	again, _, err := issueTopologyPKI(pkiDatabase(), data, pkiHosts, now.Add(59*24*time.Hour))
+	again, kept, err := issueTopologyPKI(pkiDatabase(), data, pkiHosts, now.Add(59*24*time.Hour))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(again).To(Equal(data))
+	g.Expect(kept.issued).To(BeEmpty())
 }
 
 func TestIssueTopologyPKIRenewsNearExpiry(t *testing.T) {
@@ -78,6 +80,7 @@ func TestIssueTopologyPKIRenewsNearExpiry(t *testing.T) {
 	}
 	server, _ := parseCert(pki.certs["us-1"].ServerCert)
 	g.Expect(server.NotAfter).To(Equal(later.Add(leafLifetime)))
+	g.Expect(pki.issued).To(ConsistOf("replication", "server eu-1", "server us-1"))
 }
 
 func TestIssueTopologyPKIFollowsPlacementAndHosts(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -55,6 +56,10 @@ func (r *databaseReconciler) reconcileTopologyWiring(ctx context.Context, s *dat
 		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonTopologyCertificates, err)
 	case err != nil:
 		return ctrl.Result{}, err
+	}
+	if len(pki.issued) > 0 {
+		r.recorder.Eventf(s.db, nil, corev1.EventTypeNormal, "CertificatesIssued", "Topology",
+			"issued replication certificates from the Database's CA: %s", strings.Join(pki.issued, ", "))
 	}
 	s.topology = map[string]*member.Topology{}
 	for _, name := range s.placement.Targets {

@@ -1,12 +1,14 @@
 package member
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -225,4 +227,38 @@ func cnpgRole(u *unstructured.Unstructured) fleetv1alpha1.MemberRole {
 		return fleetv1alpha1.RolePrimary
 	}
 	return fleetv1alpha1.RoleStandby
+}
+
+// isTopologySecret reports whether obj is one of the certificate Secrets of
+// the Database named db.
+func isTopologySecret(obj client.Object, db string) bool {
+	if _, ok := obj.(*corev1.Secret); !ok {
+		return false
+	}
+	switch obj.GetName() {
+	case TopologyCASecretName(db), TopologyServerSecretName(db), TopologyReplicationSecretName(db):
+		return true
+	}
+	return false
+}
+
+// deleteTopologySecrets deletes the Database's certificate Secrets (a Retain
+// teardown keeps the credentials, not the certificates and their keys).
+func deleteTopologySecrets(ctx context.Context, c client.Client, o Owner, memo *Memo) error {
+	objs, err := listManaged(ctx, c, secretKind, o)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, obj := range objs {
+		if !isTopologySecret(obj, o.Name) || obj.GetDeletionTimestamp() != nil || memo.deleteSent(obj.GetUID()) {
+			continue
+		}
+		if err := c.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting Secret %s/%s: %w", obj.GetNamespace(), obj.GetName(), err))
+			continue
+		}
+		memo.markDeleted(obj.GetUID())
+	}
+	return errors.Join(errs...)
 }

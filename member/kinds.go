@@ -29,6 +29,9 @@ var workloadKinds = []managedKind{
 	{corev1.SchemeGroupVersion.WithKind("Secret"), func() client.ObjectList { return &corev1.SecretList{} }},
 }
 
+// secretKind is the Secret entry of workloadKinds.
+var secretKind = workloadKinds[len(workloadKinds)-1]
+
 // pvcKind is the kind the StatefulSet controller creates from the
 // volumeClaimTemplates, labelled like the rest.
 var pvcKind = managedKind{

@@ -22,7 +22,9 @@ import (
 //   - Delete (also the default) deletes them all, PersistentVolumeClaims included;
 //   - Retain deletes the workload, Services, ConfigMap and PodDisruptionBudget
 //     but keeps the PersistentVolumeClaims and the credentials Secret, and
-//     strips fleetdb's labels from them;
+//     strips fleetdb's labels from them; the certificate Secrets of a
+//     PrimaryStandby Database (private keys, issued anew for a new Database)
+//     are deleted;
 //   - Orphan deletes nothing and strips fleetdb's labels from every object.
 //
 // Whatever the policy, the credential rotation Jobs of a rotation under way
@@ -96,6 +98,11 @@ func Teardown(ctx context.Context, c client.Client, o Owner, policy fleetv1alpha
 	for _, k := range release {
 		rest = append(rest, func() error { return releaseManaged(ctx, c, k, o) })
 	}
+	if policy == fleetv1alpha1.DeletionPolicyRetain {
+		// Certificates are machinery, not data: they hold private keys and a
+		// Database created again gets its own (releaseManaged skips them).
+		rest = append(rest, func() error { return deleteTopologySecrets(ctx, c, o, memo) })
+	}
 	errs := append(runAll(first), runAll(rest)...)
 	if err := multierror.Append(nil, errs...).ErrorOrNil(); err != nil {
 		return false, fmt.Errorf("teardown %s/%s: %w", namespace, name, err)
@@ -143,6 +150,9 @@ func releaseManaged(ctx context.Context, c client.Client, k managedKind, o Owner
 	}
 	var errs *multierror.Error
 	for _, obj := range objs {
+		if isTopologySecret(obj, o.Name) {
+			continue
+		}
 		if err := patchLabelsAway(ctx, c, obj); err != nil {
 			errs = multierror.Append(errs, fmt.Errorf("%s: %w", k.describe(obj), err))
 		}

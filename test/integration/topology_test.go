@@ -101,11 +101,50 @@ func testTopologyWiring(t *testing.T, e *env) {
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	g.Expect(clusterInstances(e, "m1", ns, "stray")).To(BeEquivalentTo(-1))
 
-	// Delete: the certificate Secrets go from the members with the rest.
-	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "ledger"))).To(Succeed())
+	// Delete with Retain: the certificate Secrets (private keys) go from the
+	// members, the credentials stay; created again, the Database runs again.
+	db := e.getDB(ns, "ledger")
+	db.Spec.DeletionPolicy = fleetv1alpha1.DeletionPolicyRetain
+	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		err := e.member("m2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: member.TopologyServerSecretName("ledger")}, &corev1.Secret{})
-		g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
+		u := member.NewCNPGCluster()
+		g.Expect(e.member("m2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "ledger"}, u)).To(Succeed())
+		g.Expect(u.GetAnnotations()).To(HaveKeyWithValue(fleetv1alpha1.AnnotationDeletionPolicy, "Retain"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "ledger"))).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "ledger"}, &fleetv1alpha1.Database{}))
+	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	for _, m := range []string{"m1", "m2"} {
+		for _, name := range []string{member.TopologyCASecretName("ledger"), member.TopologyServerSecretName("ledger"), member.TopologyReplicationSecretName("ledger")} {
+			err := e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.Secret{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s in %s: %v", name, m, err)
+		}
+		g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "ledger-credentials"}, &corev1.Secret{})).To(Succeed())
+	}
+	g.Expect(e.hub.Create(e.ctx, newPrimaryStandbyDB(ns, "ledger", "m1", "m1", "m2"))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getDB(ns, "ledger").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+
+	// A member without CloudNativePG says so, as for any CloudNativePG Database.
+	setReplication(g, e, "m3", "$(DATABASE)-rw.$(NAMESPACE).m3.fleet.test")
+	t.Cleanup(func() { setReplication(NewWithT(t), e, "m3", "") })
+	g.Expect(e.hub.Create(e.ctx, newPrimaryStandbyDB(ns, "atlas", "m1", "m1", "m3"))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		db := e.getDB(ns, "atlas")
+		g.Expect(clusterEntry(db, "m1").Role).To(Equal(fleetv1alpha1.RolePrimary))
+		g.Expect(clusterEntry(db, "m3").Reason).To(Equal(fleetv1alpha1.ReasonBackendMissing))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+
+	// Leave nothing behind for the tests that follow (the endpoints go too).
+	for _, name := range []string{"ledger", "stray", "atlas"} {
+		g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, name))).To(Succeed())
+	}
+	g.Eventually(func(g Gomega) {
+		var list fleetv1alpha1.DatabaseList
+		g.Expect(e.hub.List(e.ctx, &list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(list.Items).To(BeEmpty())
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
 
@@ -192,6 +231,7 @@ func testTopologyRenewal(t *testing.T, e *env, ns string, pki *corev1.Secret) {
 		g.Expect(server.Data["tls.crt"]).To(Equal(cur.Data["server-m2.crt"]), "the new certificate reached the member")
 		g.Expect(server.Data["tls.key"]).To(Equal(cur.Data["server-m2.key"]))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Eventually(e.eventSeen(ns, "CertificatesIssued", "server m2")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
 
 type pemPair struct{ cert, key []byte }
