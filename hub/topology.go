@@ -42,10 +42,14 @@ func (r *databaseReconciler) reconcileTopology(ctx context.Context, s *databaseS
 	// reconcileTopologyWiring stalled a Database whose primaryCluster is not placed.
 	views := map[string]memberView{}
 	for m := range s.targets {
-		v := memberView{unreachable: !r.reachable(m)}
-		if res := s.results[m]; res != nil {
-			v.repl, v.at = res.Replication, res.At
-			v.unreachable = v.unreachable || res.Unreachable
+		// Unreachable is the registry's verdict. A member it is still
+		// connecting to (a hub that just started) is not: it has not
+		// reported yet, and a sync that ran before the connection (which
+		// records it Unreachable) is no report either.
+		h := r.provider.Health(m)
+		v := memberView{unreachable: !h.Ready && h.Reason != "" && h.Reason != fleetv1alpha1.ReasonConnecting}
+		if res := s.results[m]; res != nil && !res.Unreachable {
+			v.repl, v.at, v.reported = res.Replication, res.At, true
 		}
 		views[m] = v
 	}

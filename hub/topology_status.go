@@ -22,7 +22,12 @@ func (t *topologyPass) summarise() {
 			t.condStatus = metav1.ConditionTrue
 		}
 	}
+	prev := meta.FindStatusCondition(t.in.db.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
 	switch {
+	case sw == nil && !pv.reported && !pv.unreachable && prev != nil && t.in.db.Status.Topology != nil:
+		// A hub that just started has no report of the primary yet: the
+		// stored summary stands until one arrives.
+		st.Phase, t.condStatus, t.condReason, t.msg = t.in.db.Status.Topology.Phase, prev.Status, prev.Reason, prev.Message
 	case sw != nil && sw.Outcome == switchoverFailed && sw.Step == fleetv1alpha1.StepCheckTarget:
 		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonTargetUnhealthy, sw.Message+abortHint(sw))
 	case sw != nil && sw.Outcome == switchoverFailed:

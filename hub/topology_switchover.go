@@ -27,6 +27,8 @@ type memberView struct {
 	at time.Time
 	// unreachable: the member could not be reached.
 	unreachable bool
+	// reported: a member sync recorded a result since the hub started.
+	reported bool
 }
 
 // topologyInput is what one topology pass decides from.

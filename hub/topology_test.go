@@ -76,7 +76,7 @@ func (m *cnpgModel) views(at time.Time) map[string]memberView {
 			continue
 		}
 		c := *st
-		out[name] = memberView{repl: &c, at: at}
+		out[name] = memberView{repl: &c, at: at, reported: true}
 	}
 	return out
 }

@@ -25,7 +25,7 @@ func TestTopology(t *testing.T) {
 	}
 	sim := newCNPGSim(e, 500*time.Millisecond)
 	go sim.run(e.ctx)
-	t.Run("a switchover survives a hub restart after every step and never makes two primaries", func(t *testing.T) { testSwitchoverRestarts(t, e) })
+	t.Run("a switchover survives a hub restart after every step and never makes two primaries", func(t *testing.T) { testSwitchoverRestarts(t, e, sim) })
 	t.Run("a never-healthy target or a demotion without a token stops the switchover; the old primary stays or comes back", func(t *testing.T) { testSwitchoverTargetUnhealthy(t, e, sim) })
 	t.Run("a forced promotion fences the lost primary, which comes back as a standby", func(t *testing.T) { testForcedFailover(t, e, sim) })
 }
@@ -67,7 +67,7 @@ func (e *env) expectStable(g Gomega, ns, name, primary string, members ...string
 	return db
 }
 
-func testSwitchoverRestarts(t *testing.T, e *env) {
+func testSwitchoverRestarts(t *testing.T, e *env, sim *cnpgSim) {
 	g := NewWithT(t)
 	ns := e.namespace("topo")
 	w := &primaryWatch{e: e, ns: ns, name: "orders"}
@@ -78,27 +78,52 @@ func testSwitchoverRestarts(t *testing.T, e *env) {
 	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "orders", "m1", members...))).To(Succeed())
 	e.expectStable(g, ns, "orders", "m1", members...)
 
+	// Each step is held (the simulator or the member's writes stopped) until
+	// the hub was restarted in it; the next step's hold is set before the
+	// current one is released.
+	holds := []struct {
+		step          fleetv1alpha1.SwitchoverStep
+		hold, release func()
+	}{
+		{fleetv1alpha1.StepCheckTarget, func() { sim.setUnhealthy("m2", true) }, func() { sim.setUnhealthy("m2", false) }},
+		{fleetv1alpha1.StepDemote, func() { e.writes.Hang("m1", true) }, func() { e.writes.Hang("m1", false) }},
+		{fleetv1alpha1.StepWaitDemotion, func() { sim.freeze("m1", true) }, func() { sim.freeze("m1", false) }},
+		{fleetv1alpha1.StepPromote, func() { e.writes.Hang("m2", true) }, func() { e.writes.Hang("m2", false) }},
+		{fleetv1alpha1.StepWaitPromotion, func() { sim.freeze("m2", true) }, func() { sim.freeze("m2", false) }},
+		{fleetv1alpha1.StepRepoint, func() { e.writes.Hang("m3", true) }, func() { e.writes.Hang("m3", false) }},
+	}
+	defer func() {
+		for _, h := range holds {
+			h.release()
+		}
+	}()
+	holds[0].hold()
+	g.Eventually(func() fleetv1alpha1.ClusterPhase {
+		return clusterEntry(e.getDB(ns, "orders"), "m2").Phase
+	}).WithTimeout(eventually).WithPolling(poll).ShouldNot(Equal(fleetv1alpha1.ClusterPhaseReady))
 	db := e.getDB(ns, "orders")
 	db.Spec.Topology.PrimaryCluster = "m2"
 	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
-	// Restart the hub whenever the switchover shows a step it did not show before.
-	restartedAt := map[fleetv1alpha1.SwitchoverStep]bool{}
-	deadline := time.Now().Add(2 * eventually)
-	for time.Now().Before(deadline) {
-		st := e.getDB(ns, "orders").Status.Topology
-		if st != nil && st.Switchover == nil && st.PrimaryCluster == "m2" {
-			break
+	for i, h := range holds {
+		g.Eventually(func(g Gomega) {
+			sw := e.getDB(ns, "orders").Status.Topology.Switchover
+			g.Expect(sw).NotTo(BeNil())
+			g.Expect(sw.Step).To(Equal(h.step))
+		}).WithTimeout(eventually).WithPolling(50*time.Millisecond).Should(Succeed(), "the switchover reaches %s", h.step)
+		t.Logf("restarting the hub at step %s", h.step)
+		before := e.writes.Total("m1")
+		e.stopHub()
+		e.startHub(envOptions{})
+		if h.step == fleetv1alpha1.StepCheckTarget {
+			// CheckTarget needs a report of m1 from the new hub, whose first
+			// sync of m1 writes: let it finish before m1's writes hang.
+			e.settleWritesTo(g, "m1", before)
 		}
-		if st != nil && st.Switchover != nil && !restartedAt[st.Switchover.Step] {
-			restartedAt[st.Switchover.Step] = true
-			t.Logf("restarting the hub at step %s", st.Switchover.Step)
-			e.stopHub()
-			e.startHub(envOptions{})
+		if i+1 < len(holds) {
+			holds[i+1].hold()
 		}
-		time.Sleep(50 * time.Millisecond)
+		h.release()
 	}
-	t.Logf("hub restarted at steps %v", restartedAt)
-	g.Expect(len(restartedAt)).To(BeNumerically(">=", 3), "the hub was restarted during the switchover")
 	db = e.expectStable(g, ns, "orders", "m2", members...)
 	last := db.Status.Topology.LastSwitchover
 	g.Expect(last.Outcome).To(Equal("Succeeded"))
@@ -240,4 +265,16 @@ func testForcedFailover(t *testing.T, e *env, sim *cnpgSim) {
 	}).WithTimeout(3 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
 	db = e.expectStable(g, ns, "stock", "m2", members...)
 	g.Expect(db.Status.Topology.Fenced).To(BeEmpty())
+}
+
+// settleWritesTo waits until the hub has written to member m since it had
+// sent before writes, and then sent none for a second.
+func (e *env) settleWritesTo(g Gomega, m string, before int) {
+	last := -1
+	g.Eventually(func() bool {
+		n := e.writes.Total(m)
+		settled := n == last && n > before
+		last = n
+		return settled
+	}).WithTimeout(eventually).WithPolling(time.Second).Should(BeTrue())
 }
