@@ -101,9 +101,7 @@ func testSwitchoverRestarts(t *testing.T, e *env, sim *cnpgSim) {
 	g.Eventually(func() fleetv1alpha1.ClusterPhase {
 		return clusterEntry(e.getDB(ns, "orders"), "m2").Phase
 	}).WithTimeout(eventually).WithPolling(poll).ShouldNot(Equal(fleetv1alpha1.ClusterPhaseReady))
-	db := e.getDB(ns, "orders")
-	db.Spec.Topology.PrimaryCluster = "m2"
-	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
+	e.setPrimary(g, ns, "orders", "m2")
 	for i, h := range holds {
 		g.Eventually(func(g Gomega) {
 			sw := e.getDB(ns, "orders").Status.Topology.Switchover
@@ -124,14 +122,16 @@ func testSwitchoverRestarts(t *testing.T, e *env, sim *cnpgSim) {
 		}
 		h.release()
 	}
-	db = e.expectStable(g, ns, "orders", "m2", members...)
+	db := e.expectStable(g, ns, "orders", "m2", members...)
 	last := db.Status.Topology.LastSwitchover
 	g.Expect(last.Outcome).To(Equal("Succeeded"))
 	g.Expect(last.From).To(Equal("m1"))
 	g.Expect(last.To).To(Equal("m2"))
 	g.Expect(last.DemotionToken).NotTo(BeEmpty())
-	_, tok := e.replicaOf(g, "m2", ns, "orders")
-	g.Expect(tok).To(BeEmpty(), "the promotion token is dropped once promoted")
+	g.Eventually(func(g Gomega) {
+		_, tok := e.replicaOf(g, "m2", ns, "orders")
+		g.Expect(tok).To(BeEmpty(), "the promotion token is dropped once promoted")
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	n, seen := w.most()
 	g.Expect(n).To(Equal(1), "members written as primary at once: %v", seen)
 
@@ -154,9 +154,7 @@ func testSwitchoverTargetUnhealthy(t *testing.T, e *env, sim *cnpgSim) {
 	g.Eventually(func() fleetv1alpha1.ClusterPhase {
 		return clusterEntry(e.getDB(ns, "ledger"), "m2").Phase
 	}).WithTimeout(eventually).WithPolling(poll).ShouldNot(Equal(fleetv1alpha1.ClusterPhaseReady))
-	db := e.getDB(ns, "ledger")
-	db.Spec.Topology.PrimaryCluster = "m2"
-	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
+	e.setPrimary(g, ns, "ledger", "m2")
 	g.Eventually(func(g Gomega) {
 		db := e.getDB(ns, "ledger")
 		c := condition(db.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
@@ -171,11 +169,9 @@ func testSwitchoverTargetUnhealthy(t *testing.T, e *env, sim *cnpgSim) {
 	g.Expect(p).To(Equal("m1"), "the target is still a standby")
 
 	// Abort: primaryCluster back to m1.
-	db = e.getDB(ns, "ledger")
-	db.Spec.Topology.PrimaryCluster = "m1"
-	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
+	e.setPrimary(g, ns, "ledger", "m1")
 	sim.setUnhealthy("m2", false)
-	db = e.expectStable(g, ns, "ledger", "m1", members...)
+	db := e.expectStable(g, ns, "ledger", "m1", members...)
 	g.Expect(db.Status.Topology.LastSwitchover.Outcome).To(Equal("Aborted"))
 
 	// The old primary takes the demotion but never publishes a token (its
@@ -183,8 +179,7 @@ func testSwitchoverTargetUnhealthy(t *testing.T, e *env, sim *cnpgSim) {
 	// written primary; setting primaryCluster back makes m1 primary again.
 	sim.freeze("m1", true)
 	defer sim.freeze("m1", false)
-	db.Spec.Topology.PrimaryCluster = "m2"
-	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
+	e.setPrimary(g, ns, "ledger", "m2")
 	g.Eventually(func(g Gomega) {
 		db := e.getDB(ns, "ledger")
 		c := condition(db.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
@@ -196,9 +191,7 @@ func testSwitchoverTargetUnhealthy(t *testing.T, e *env, sim *cnpgSim) {
 	g.Expect(p).To(Equal("m2"), "the old primary was demoted")
 	p, _ = e.replicaOf(g, "m2", ns, "ledger")
 	g.Expect(p).To(Equal("m1"), "the target is never written primary without the demotion token")
-	db = e.getDB(ns, "ledger")
-	db.Spec.Topology.PrimaryCluster = "m1"
-	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
+	e.setPrimary(g, ns, "ledger", "m1")
 	sim.freeze("m1", false)
 	e.expectStable(g, ns, "ledger", "m1", members...)
 }
@@ -229,10 +222,12 @@ func testForcedFailover(t *testing.T, e *env, sim *cnpgSim) {
 	p, _ := e.replicaOf(g, "m2", ns, "stock")
 	g.Expect(p).To(Equal("m1"), "no automatic failover")
 
-	db := e.getDB(ns, "stock")
-	db.Spec.Topology.PrimaryCluster = "m2"
-	db.Spec.Topology.Failover = &fleetv1alpha1.FailoverSpec{TargetCluster: "m2", Reason: "m1 lost"}
-	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
+	g.Eventually(func() error {
+		db := e.getDB(ns, "stock")
+		db.Spec.Topology.PrimaryCluster = "m2"
+		db.Spec.Topology.Failover = &fleetv1alpha1.FailoverSpec{TargetCluster: "m2", Reason: "m1 lost"}
+		return e.hub.Update(e.ctx, db)
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	g.Eventually(func(g Gomega) {
 		db := e.getDB(ns, "stock")
 		g.Expect(db.Status.Topology.PrimaryCluster).To(Equal("m2"))
@@ -263,7 +258,7 @@ func testForcedFailover(t *testing.T, e *env, sim *cnpgSim) {
 			g.Expect(p).To(Equal("m2"), "the old primary is never written as a primary again")
 		}
 	}).WithTimeout(3 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
-	db = e.expectStable(g, ns, "stock", "m2", members...)
+	db := e.expectStable(g, ns, "stock", "m2", members...)
 	g.Expect(db.Status.Topology.Fenced).To(BeEmpty())
 }
 
@@ -277,4 +272,14 @@ func (e *env) settleWritesTo(g Gomega, m string, before int) {
 		last = n
 		return settled
 	}).WithTimeout(eventually).WithPolling(time.Second).Should(BeTrue())
+}
+
+// setPrimary sets spec.topology.primaryCluster, retrying on conflicts (the
+// hub writes the status meanwhile).
+func (e *env) setPrimary(g Gomega, ns, name, primary string) {
+	g.Eventually(func() error {
+		db := e.getDB(ns, name)
+		db.Spec.Topology.PrimaryCluster = primary
+		return e.hub.Update(e.ctx, db)
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
