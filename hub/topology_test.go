@@ -254,3 +254,40 @@ func TestSwitchoverTrace(t *testing.T) {
 	g.Expect(steps).To(Equal([]string{"CheckTarget", "Demote", "WaitDemotion", "Promote", "WaitPromotion", "Repoint"}))
 	g.Expect(rec.Ended()[len(rec.Ended())-1].Name()).To(Equal(spanSwitchover))
 }
+
+// TestTopologyAfterRestart: a hub that has no report yet keeps the stored
+// summary, and a member it has not heard from is waited for at Repoint,
+// not skipped as unreachable.
+func TestTopologyAfterRestart(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	db, m := psDB("a"), newModel("a", "b", "c")
+	pass := drive(db, m, &now, 3)
+	st := fleetv1alpha1.DatabaseStatus{}
+	pass.apply(&st)
+	db.Status.Conditions = st.Conditions
+	g.Expect(pass.condReason).To(Equal(fleetv1alpha1.ReasonTopologyStable))
+
+	targets := map[string]bool{"a": true, "b": true, "c": true}
+	none := map[string]memberView{}
+	restarted := runTopology(topologyInput{db: db, targets: targets, views: none, now: now})
+	g.Expect(restarted.condReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), "no flap after a restart")
+	g.Expect(restarted.st.Phase).To(Equal(fleetv1alpha1.TopologyStable))
+
+	// A switchover at Repoint: c has not reported since the restart.
+	db.Spec.Topology.PrimaryCluster = "b"
+	for range 30 {
+		m.render(db)
+		now = now.Add(time.Second)
+		views := m.views(now)
+		if sw := db.Status.Topology.Switchover; sw != nil && sw.Step == fleetv1alpha1.StepRepoint {
+			delete(views, "c")
+		}
+		pass = runTopology(topologyInput{db: db, targets: targets, views: views, now: now})
+		top := pass.st
+		db.Status.Topology = &top
+	}
+	sw := db.Status.Topology.Switchover
+	g.Expect(sw).NotTo(BeNil())
+	g.Expect(sw.Step).To(Equal(fleetv1alpha1.StepRepoint), "c is waited for")
+}
