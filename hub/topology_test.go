@@ -291,3 +291,26 @@ func TestTopologyAfterRestart(t *testing.T) {
 	g.Expect(sw).NotTo(BeNil())
 	g.Expect(sw.Step).To(Equal(fleetv1alpha1.StepRepoint), "c is waited for")
 }
+
+// TestSwitchoverTurnedForced: a switchover that waits for a lost primary's
+// demotion becomes a forced promotion when spec.topology.failover asks.
+func TestSwitchoverTurnedForced(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	db, m := psDB("a"), newModel("a", "b")
+	drive(db, m, &now, 3)
+	db.Spec.Topology.PrimaryCluster = "b"
+	drive(db, m, &now, 1) // CheckTarget passed: a is being demoted
+	m.frozen["a"] = true
+	drive(db, m, &now, 3)
+	g.Expect(db.Status.Topology.Switchover.Kind).To(Equal(fleetv1alpha1.SwitchoverPlanned))
+	g.Expect(m.spec["b"].Primary).To(Equal("a"))
+
+	db.Spec.Topology.Failover = &fleetv1alpha1.FailoverSpec{TargetCluster: "b"}
+	drive(db, m, &now, 10)
+	st := db.Status.Topology
+	g.Expect(st.PrimaryCluster).To(Equal("b"))
+	g.Expect(st.LastSwitchover.Kind).To(Equal(fleetv1alpha1.SwitchoverForced))
+	g.Expect(st.Fenced).To(ConsistOf("a"))
+	g.Expect(m.spec["b"].PromotionToken).To(BeEmpty(), "promoted without a token")
+}
