@@ -75,6 +75,9 @@ type databaseScope struct {
 	finalBackups []fleetv1alpha1.BackupRecord
 	// topology is each target's PrimaryStandby wiring (nil for Independent).
 	topology map[string]*member.Topology
+	// topologyPass is the PrimaryStandby topology's part of the status
+	// (nil for an Independent Database).
+	topologyPass *topologyPass
 }
 
 // stall ends the reconcile on a terminal error: the status written at the
@@ -123,6 +126,7 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		r.reconcileDroppedMembers,
 		r.reconcileTopologyWiring,
 		r.reconcileRotation,
+		r.reconcileTopology,
 		r.reconcileRollout,
 		r.reconcileStatus,
 	)

@@ -84,6 +84,7 @@ func (r *databaseReconciler) reconcileRollout(ctx context.Context, s *databaseSc
 		credentials: s.credentials,
 		finalBackup: newFinalBackupPlan(s.db, teardownPolicy(s.db), s.teardown),
 		topology:    s.topology,
+		roles:       topologyRoles(s.db, s.placement.Targets),
 	})
 	return ctrl.Result{}, nil
 }
@@ -105,6 +106,9 @@ func (r *databaseReconciler) reconcileStatus(_ context.Context, s *databaseScope
 	setFinalBackupCondition(&st, s.db, s.teardown)
 	r.finalBackupEvents(s.db, st.FinalBackups)
 	s.rotation.apply(&st)
+	if s.topologyPass != nil {
+		s.topologyPass.apply(&st)
+	}
 	r.memberEvents(s.db, st)
 	s.status = &st
 	return ctrl.Result{}, nil

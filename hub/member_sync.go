@@ -143,7 +143,9 @@ func (r *memberSyncReconciler) syncWorkload(ctx context.Context, c client.Client
 	outcome := outcomeObserved
 	var applied member.ApplyResult
 	wrote := false
-	if role == roleApply && db.Generation == p.generation {
+	// A PrimaryStandby Database's members are written once the hub stored
+	// which one is primary (topologyDecided).
+	if role == roleApply && db.Generation == p.generation && topologyDecided(db) {
 		res, err := r.apply(ctx, live, c, cluster, db, p, rot.creds)
 		if err != nil {
 			out := r.applyFailed(key, cluster, err)
@@ -255,7 +257,11 @@ func (r *memberSyncReconciler) observe(ctx context.Context, c client.Client, key
 	if err != nil {
 		return failedOutcome(errReasonObserve, err, r.failureResult(key, cluster, err))
 	}
-	return finished(outcome, &memberResult{Status: st, HasWorkload: st.Phase != fleetv1alpha1.ClusterPhasePending})
+	repl, err := observeReplication(ctx, c, db)
+	if err != nil {
+		return failedOutcome(errReasonObserve, err, r.failureResult(key, cluster, err))
+	}
+	return finished(outcome, &memberResult{Status: st, HasWorkload: st.Phase != fleetv1alpha1.ClusterPhasePending, Replication: repl})
 }
 
 // apply renders the Database for the member and applies it; the objects

@@ -53,6 +53,11 @@ type plan struct {
 	// topology is each target's PrimaryStandby wiring (replica, peers,
 	// certificates); nil for an Independent Database.
 	topology map[string]*member.Topology
+	// roles fingerprint, per member, what its CloudNativePG Cluster is
+	// rendered with in a PrimaryStandby topology (roleKey): a member whose
+	// entry changed is woken (topology carries what it renders; both derive
+	// from the Database's stored status, see decideRole).
+	roles map[string]string
 }
 
 func (p *plan) role(cluster string) memberRole {
@@ -83,7 +88,8 @@ func (p *plan) changedMembers(prev *plan) []string {
 	}
 	var out []string
 	for _, name := range sortedKeys(members) {
-		if p.role(name) != prev.role(name) || !sameTopology(p.topology[name], prev.topology[name]) {
+		if p.role(name) != prev.role(name) || p.roles[name] != prev.roles[name] ||
+			!sameTopology(p.topology[name], prev.topology[name]) {
 			out = append(out, name)
 		}
 	}
@@ -116,6 +122,10 @@ type memberResult struct {
 	Rotation rotationReport
 	// FinalBackup is the member's final backup before its teardown (nil: none).
 	FinalBackup *fleetv1alpha1.BackupRecord
+	// Replication is what the member's CloudNativePG Cluster says about its
+	// place in a PrimaryStandby topology; nil otherwise, and when the last
+	// sync could not observe it.
+	Replication *member.ReplicationStatus
 	// At is when the result was recorded.
 	At time.Time
 }
@@ -133,7 +143,8 @@ func (r *memberResult) sameAs(o *memberResult) bool {
 	a, b := r.Status, o.Status
 	a.LastSyncTime, b.LastSyncTime = nil, nil
 	return a == b && r.HasWorkload == o.HasWorkload && r.TornDown == o.TornDown && r.Unreachable == o.Unreachable &&
-		r.Rotation == o.Rotation && apiequality.Semantic.DeepEqual(r.FinalBackup, o.FinalBackup)
+		r.Rotation == o.Rotation && apiequality.Semantic.DeepEqual(r.FinalBackup, o.FinalBackup) &&
+		sameReplication(r.Replication, o.Replication)
 }
 
 // state is the in-memory meeting point of the two controllers.

@@ -84,11 +84,18 @@ func topologyFor(db *fleetv1alpha1.Database, self string, peers []member.Peer, c
 	if st := db.Status.Topology; st != nil && st.PrimaryCluster != "" {
 		primary = st.PrimaryCluster
 	}
+	// The switchover (decideRole) says whom the member follows, and the
+	// promotion token, from the stored status.
+	role, decided := decideRole(db, self)
+	if decided {
+		primary = role.Primary
+	}
 	return &member.Topology{
-		Self:         self,
-		Primary:      primary,
-		Peers:        slices.Clone(peers),
-		Certificates: certs,
+		Self:           self,
+		Primary:        primary,
+		PromotionToken: role.PromotionToken,
+		Peers:          slices.Clone(peers),
+		Certificates:   certs,
 	}
 }
 

@@ -263,6 +263,40 @@ const (
 	// PrimaryStandby Database's certificates exists and is not the
 	// Database's, or holds a CA the hub cannot read.
 	ReasonTopologyCertificates = "TopologyCertificates"
+	// ReasonTopologyStable (TopologyStable True): the primary is
+	// status.topology.primaryCluster, healthy, and every reachable standby
+	// follows it.
+	ReasonTopologyStable = "Stable"
+	// ReasonSwitchingOver: a switchover runs (status.topology.switchover.step says where).
+	ReasonSwitchingOver = "SwitchingOver"
+	// ReasonFailingOver: a forced promotion (spec.topology.failover) runs.
+	ReasonFailingOver = "FailingOver"
+	// ReasonPrimaryUnreachable: the primary member cannot be reached; the hub
+	// does not fail over on its own (see spec.topology.failover).
+	ReasonPrimaryUnreachable = "PrimaryUnreachable"
+	// ReasonPrimaryNotReady: the primary member's Cluster does not report
+	// itself primary and healthy (yet).
+	ReasonPrimaryNotReady = "PrimaryNotReady"
+	// ReasonStandbyNotFollowing: a reachable standby's Cluster does not
+	// follow the primary (yet).
+	ReasonStandbyNotFollowing = "StandbyNotFollowing"
+	// ReasonSwitchoverStepTimedOut: a switchover step did not finish within
+	// spec.topology.stepTimeout; the hub changes nothing more (see the
+	// README: abort by setting primaryCluster back before the promotion).
+	ReasonSwitchoverStepTimedOut = "SwitchoverStepTimedOut"
+	// ReasonTargetUnhealthy: the switchover target was not a healthy standby
+	// of the primary within spec.topology.stepTimeout; nothing was changed.
+	ReasonTargetUnhealthy = "TargetUnhealthy"
+	// ReasonFenced: an old primary replaced by a forced promotion has not yet
+	// come back as a healthy standby of the new primary.
+	ReasonFenced = "Fenced"
+	// ReasonSwitchoverAborted (Event): spec.topology.primaryCluster was set
+	// back before the promotion; the old primary stays primary.
+	ReasonSwitchoverAborted = "SwitchoverAborted"
+	// ReasonSwitchoverSucceeded (Event): a switchover or forced promotion finished.
+	ReasonSwitchoverSucceeded = "SwitchoverSucceeded"
+	// ReasonSwitchoverStarted (Event): a switchover or forced promotion began.
+	ReasonSwitchoverStarted = "SwitchoverStarted"
 
 	// ReasonDeletionProtected: the Database is being deleted while
 	// spec.deletionProtection is true; the hub tears nothing down until it is

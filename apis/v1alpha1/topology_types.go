@@ -172,7 +172,15 @@ type SwitchoverStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	DemotionToken string `json:"demotionToken,omitempty"`
-	// Outcome is Succeeded, Failed, or empty while under way.
+	// IgnoredDemotionToken is the demotion token the old primary reported
+	// before this switchover demoted it (left from an earlier demotion):
+	// WaitDemotion does not take it for the new one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	IgnoredDemotionToken string `json:"ignoredDemotionToken,omitempty"`
+	// Outcome is Succeeded, Failed (a step timed out; see Message), Aborted
+	// (primaryCluster was set back before the promotion), or empty while
+	// under way.
 	// +optional
 	// +kubebuilder:validation:MaxLength=32
 	Outcome string `json:"outcome,omitempty"`

@@ -474,6 +474,10 @@ func TestCNPGMissing(t *testing.T) {
 	CNPGMissingSpec(specContext(t), in)
 }
 
+func TestTopology(t *testing.T) {
+	TopologySpec(specContext(t), TopologyInput{T: t, Fleet: suite.fleet})
+}
+
 func TestUnreachable(t *testing.T) {
 	UnreachableSpec(specContext(t), UnreachableInput{T: t, Fleet: suite.fleet})
 }

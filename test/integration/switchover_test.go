@@ -1,0 +1,285 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/member"
+)
+
+// TestTopology runs PrimaryStandby Databases over three members whose
+// CloudNativePG Clusters a simulator drives (cnpgSim): creation, a
+// switchover with the hub restarted after each step, a target that never
+// turns healthy, and a forced promotion with the old primary unreachable.
+func TestTopology(t *testing.T) {
+	e := startEnvWith(t, envOptions{}, "m1", "m2", "m3")
+	for _, m := range []string{"m1", "m2", "m3"} {
+		setReplication(NewWithT(t), e, m, "$(DATABASE)-rw.$(NAMESPACE)."+m+".fleet.test")
+	}
+	sim := newCNPGSim(e, 500*time.Millisecond)
+	go sim.run(e.ctx)
+	t.Run("a switchover survives a hub restart after every step and never makes two primaries", func(t *testing.T) { testSwitchoverRestarts(t, e, sim) })
+	t.Run("a never-healthy target or a demotion without a token stops the switchover; the old primary stays or comes back", func(t *testing.T) { testSwitchoverTargetUnhealthy(t, e, sim) })
+	t.Run("a forced promotion fences the lost primary, which comes back as a standby", func(t *testing.T) { testForcedFailover(t, e, sim) })
+}
+
+func newTopologyDB(ns, name, primary string, members ...string) *fleetv1alpha1.Database {
+	db := newPrimaryStandbyDB(ns, name, primary, members...)
+	db.Spec.Topology.StepTimeout = &metav1.Duration{Duration: 10 * time.Second}
+	return db
+}
+
+// replicaOf reads a member Cluster's spec.replica.primary and promotionToken.
+func (e *env) replicaOf(g Gomega, m, ns, name string) (string, string) {
+	u := member.NewCNPGCluster()
+	g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, u)).To(Succeed())
+	p, _, _ := unstructured.NestedString(u.Object, "spec", "replica", "primary")
+	tok, _, _ := unstructured.NestedString(u.Object, "spec", "replica", "promotionToken")
+	return p, tok
+}
+
+// expectStable waits for TopologyStable True with primary the primary and every member following it.
+func (e *env) expectStable(g Gomega, ns, name, primary string, members ...string) *fleetv1alpha1.Database {
+	var db *fleetv1alpha1.Database
+	g.Eventually(func(g Gomega) {
+		db = e.getDB(ns, name)
+		c := condition(db.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+		g.Expect(db.Status.Topology.PrimaryCluster).To(Equal(primary))
+		g.Expect(db.Status.Topology.Phase).To(Equal(fleetv1alpha1.TopologyStable))
+		for _, m := range members {
+			p, _ := e.replicaOf(g, m, ns, name)
+			g.Expect(p).To(Equal(primary), "%s follows %s", m, primary)
+			want := fleetv1alpha1.RoleStandby
+			if m == primary {
+				want = fleetv1alpha1.RolePrimary
+			}
+			g.Expect(clusterEntry(db, m).Role).To(Equal(want), m)
+		}
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	return db
+}
+
+func testSwitchoverRestarts(t *testing.T, e *env, sim *cnpgSim) {
+	g := NewWithT(t)
+	ns := e.namespace("topo")
+	w := &primaryWatch{e: e, ns: ns, name: "orders"}
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	go w.run(ctx)
+	members := []string{"m1", "m2", "m3"}
+	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "orders", "m1", members...))).To(Succeed())
+	e.expectStable(g, ns, "orders", "m1", members...)
+
+	// Each step is held (the simulator or the member's writes stopped) until
+	// the hub was restarted in it; the next step's hold is set before the
+	// current one is released.
+	holds := []struct {
+		step          fleetv1alpha1.SwitchoverStep
+		hold, release func()
+	}{
+		{fleetv1alpha1.StepCheckTarget, func() { sim.setUnhealthy("m2", true) }, func() { sim.setUnhealthy("m2", false) }},
+		{fleetv1alpha1.StepDemote, func() { e.writes.Hang("m1", true) }, func() { e.writes.Hang("m1", false) }},
+		{fleetv1alpha1.StepWaitDemotion, func() { sim.freeze("m1", true) }, func() { sim.freeze("m1", false) }},
+		{fleetv1alpha1.StepPromote, func() { e.writes.Hang("m2", true) }, func() { e.writes.Hang("m2", false) }},
+		{fleetv1alpha1.StepWaitPromotion, func() { sim.freeze("m2", true) }, func() { sim.freeze("m2", false) }},
+		{fleetv1alpha1.StepRepoint, func() { e.writes.Hang("m3", true) }, func() { e.writes.Hang("m3", false) }},
+	}
+	defer func() {
+		for _, h := range holds {
+			h.release()
+		}
+	}()
+	holds[0].hold()
+	g.Eventually(func() fleetv1alpha1.ClusterPhase {
+		return clusterEntry(e.getDB(ns, "orders"), "m2").Phase
+	}).WithTimeout(eventually).WithPolling(poll).ShouldNot(Equal(fleetv1alpha1.ClusterPhaseReady))
+	e.setPrimary(g, ns, "orders", "m2")
+	for i, h := range holds {
+		g.Eventually(func(g Gomega) {
+			sw := e.getDB(ns, "orders").Status.Topology.Switchover
+			g.Expect(sw).NotTo(BeNil())
+			g.Expect(sw.Step).To(Equal(h.step))
+		}).WithTimeout(eventually).WithPolling(50*time.Millisecond).Should(Succeed(), "the switchover reaches %s", h.step)
+		t.Logf("restarting the hub at step %s", h.step)
+		before := e.writes.Total("m1")
+		e.stopHub()
+		e.startHub(envOptions{})
+		if h.step == fleetv1alpha1.StepCheckTarget {
+			// CheckTarget needs a report of m1 from the new hub, whose first
+			// sync of m1 writes: let it finish before m1's writes hang.
+			e.settleWritesTo(g, "m1", before)
+		}
+		if i+1 < len(holds) {
+			holds[i+1].hold()
+		}
+		h.release()
+	}
+	db := e.expectStable(g, ns, "orders", "m2", members...)
+	last := db.Status.Topology.LastSwitchover
+	g.Expect(last.Outcome).To(Equal("Succeeded"))
+	g.Expect(last.From).To(Equal("m1"))
+	g.Expect(last.To).To(Equal("m2"))
+	g.Expect(last.DemotionToken).NotTo(BeEmpty())
+	g.Eventually(func(g Gomega) {
+		_, tok := e.replicaOf(g, "m2", ns, "orders")
+		g.Expect(tok).To(BeEmpty(), "the promotion token is dropped once promoted")
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	n, seen := w.most()
+	g.Expect(n).To(Equal(1), "members written as primary at once: %v", seen)
+
+	// A stable topology at rest makes no writes.
+	e.settle(g)
+	e.writes.Reset()
+	time.Sleep(3 * time.Second)
+	g.Expect(e.hubWritesIn(ns)).To(BeEmpty(), "writes at rest")
+}
+
+func testSwitchoverTargetUnhealthy(t *testing.T, e *env, sim *cnpgSim) {
+	g := NewWithT(t)
+	ns := e.namespace("topo-unhealthy")
+	members := []string{"m1", "m2"}
+	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "ledger", "m1", members...))).To(Succeed())
+	e.expectStable(g, ns, "ledger", "m1", members...)
+
+	sim.setUnhealthy("m2", true)
+	defer sim.setUnhealthy("m2", false)
+	g.Eventually(func() fleetv1alpha1.ClusterPhase {
+		return clusterEntry(e.getDB(ns, "ledger"), "m2").Phase
+	}).WithTimeout(eventually).WithPolling(poll).ShouldNot(Equal(fleetv1alpha1.ClusterPhaseReady))
+	e.setPrimary(g, ns, "ledger", "m2")
+	g.Eventually(func(g Gomega) {
+		db := e.getDB(ns, "ledger")
+		c := condition(db.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
+		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonTargetUnhealthy), c.Message)
+		g.Expect(db.Status.Topology.Switchover.Outcome).To(Equal("Failed"))
+		g.Expect(db.Status.Topology.PrimaryCluster).To(Equal("m1"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Eventually(e.eventSeen(ns, fleetv1alpha1.ReasonTargetUnhealthy, "m2")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	p, _ := e.replicaOf(g, "m1", ns, "ledger")
+	g.Expect(p).To(Equal("m1"), "the old primary is still primary")
+	p, _ = e.replicaOf(g, "m2", ns, "ledger")
+	g.Expect(p).To(Equal("m1"), "the target is still a standby")
+
+	// Abort: primaryCluster back to m1.
+	e.setPrimary(g, ns, "ledger", "m1")
+	sim.setUnhealthy("m2", false)
+	db := e.expectStable(g, ns, "ledger", "m1", members...)
+	g.Expect(db.Status.Topology.LastSwitchover.Outcome).To(Equal("Aborted"))
+
+	// The old primary takes the demotion but never publishes a token (its
+	// operator is frozen): WaitDemotion times out, the target is never
+	// written primary; setting primaryCluster back makes m1 primary again.
+	sim.freeze("m1", true)
+	defer sim.freeze("m1", false)
+	e.setPrimary(g, ns, "ledger", "m2")
+	g.Eventually(func(g Gomega) {
+		db := e.getDB(ns, "ledger")
+		c := condition(db.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
+		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonSwitchoverStepTimedOut), c.Message)
+		g.Expect(db.Status.Topology.Switchover.Step).To(Equal(fleetv1alpha1.StepWaitDemotion))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Eventually(e.eventSeen(ns, fleetv1alpha1.ReasonSwitchoverStepTimedOut, "WaitDemotion")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	p, _ = e.replicaOf(g, "m1", ns, "ledger")
+	g.Expect(p).To(Equal("m2"), "the old primary was demoted")
+	p, _ = e.replicaOf(g, "m2", ns, "ledger")
+	g.Expect(p).To(Equal("m1"), "the target is never written primary without the demotion token")
+	e.setPrimary(g, ns, "ledger", "m1")
+	sim.freeze("m1", false)
+	e.expectStable(g, ns, "ledger", "m1", members...)
+}
+
+func testForcedFailover(t *testing.T, e *env, sim *cnpgSim) {
+	g := NewWithT(t)
+	ns := e.namespace("topo-failover")
+	members := []string{"m1", "m2", "m3"}
+	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "stock", "m1", members...))).To(Succeed())
+	e.expectStable(g, ns, "stock", "m1", members...)
+
+	// m1 is lost: its operator keeps running it as it was, the hub cannot reach it.
+	sim.freeze("m1", true)
+	e.proxies["m1"].Cut()
+	restored := false
+	defer func() {
+		if !restored {
+			_ = e.proxies["m1"].Restore()
+		}
+		sim.freeze("m1", false)
+	}()
+	g.Eventually(func(g Gomega) {
+		db := e.getDB(ns, "stock")
+		c := condition(db.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
+		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonPrimaryUnreachable), c.Message)
+		g.Expect(db.Status.Topology.Phase).To(Equal(fleetv1alpha1.TopologyDegraded))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	p, _ := e.replicaOf(g, "m2", ns, "stock")
+	g.Expect(p).To(Equal("m1"), "no automatic failover")
+
+	g.Eventually(func() error {
+		db := e.getDB(ns, "stock")
+		db.Spec.Topology.PrimaryCluster = "m2"
+		db.Spec.Topology.Failover = &fleetv1alpha1.FailoverSpec{TargetCluster: "m2", Reason: "m1 lost"}
+		return e.hub.Update(e.ctx, db)
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		db := e.getDB(ns, "stock")
+		g.Expect(db.Status.Topology.PrimaryCluster).To(Equal("m2"))
+		g.Expect(db.Status.Topology.Fenced).To(ConsistOf("m1"))
+		g.Expect(db.Status.Topology.LastSwitchover.Kind).To(Equal(fleetv1alpha1.SwitchoverForced))
+		g.Expect(clusterEntry(db, "m1").Role).To(Equal(fleetv1alpha1.RoleFenced))
+		g.Expect(clusterEntry(db, "m2").Role).To(Equal(fleetv1alpha1.RolePrimary))
+		c := condition(db.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
+		g.Expect(c.Reason).To(BeElementOf(fleetv1alpha1.ReasonPrimaryUnreachable, fleetv1alpha1.ReasonFenced), c.Message)
+		for _, m := range []string{"m2", "m3"} {
+			p, _ := e.replicaOf(g, m, ns, "stock")
+			g.Expect(p).To(Equal("m2"), m)
+		}
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+
+	// m1 comes back: every write the hub makes there has it follow m2.
+	u := member.NewCNPGCluster()
+	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "stock"}, u)).To(Succeed())
+	gen := u.GetGeneration()
+	g.Expect(e.proxies["m1"].Restore()).To(Succeed())
+	restored = true
+	sim.freeze("m1", false)
+	g.Consistently(func(g Gomega) {
+		u := member.NewCNPGCluster()
+		g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "stock"}, u)).To(Succeed())
+		p, _, _ := unstructured.NestedString(u.Object, "spec", "replica", "primary")
+		if u.GetGeneration() > gen {
+			g.Expect(p).To(Equal("m2"), "the old primary is never written as a primary again")
+		}
+	}).WithTimeout(3 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
+	db := e.expectStable(g, ns, "stock", "m2", members...)
+	g.Expect(db.Status.Topology.Fenced).To(BeEmpty())
+}
+
+// settleWritesTo waits until the hub has written to member m since it had
+// sent before writes, and then sent none for a second.
+func (e *env) settleWritesTo(g Gomega, m string, before int) {
+	last := -1
+	g.Eventually(func() bool {
+		n := e.writes.Total(m)
+		settled := n == last && n > before
+		last = n
+		return settled
+	}).WithTimeout(eventually).WithPolling(time.Second).Should(BeTrue())
+}
+
+// setPrimary sets spec.topology.primaryCluster, retrying on conflicts (the
+// hub writes the status meanwhile).
+func (e *env) setPrimary(g Gomega, ns, name, primary string) {
+	g.Eventually(func() error {
+		db := e.getDB(ns, name)
+		db.Spec.Topology.PrimaryCluster = primary
+		return e.hub.Update(e.ctx, db)
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+}
