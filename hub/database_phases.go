@@ -100,6 +100,7 @@ func (r *databaseReconciler) reconcileStatus(_ context.Context, s *databaseScope
 	})
 	st.LeftBehind = leftBehindStatus(s.db, s.leftRegistry, s.targets, r.now())
 	s.rotation.apply(&st)
+	applyRestoreStatus(&st, s.db, s.results, s.placement.Targets)
 	r.memberEvents(s.db, st)
 	s.status = &st
 	return ctrl.Result{}, nil

@@ -94,6 +94,8 @@ type memberResult struct {
 	Unreachable bool
 	// Rotation is what the member sync found about a credential rotation.
 	Rotation rotationReport
+	// Restore is what the member sync found about spec.restoreFrom.
+	Restore restoreReport
 	// At is when the result was recorded.
 	At time.Time
 }
@@ -111,7 +113,7 @@ func (r *memberResult) sameAs(o *memberResult) bool {
 	a, b := r.Status, o.Status
 	a.LastSyncTime, b.LastSyncTime = nil, nil
 	return a == b && r.HasWorkload == o.HasWorkload && r.TornDown == o.TornDown && r.Unreachable == o.Unreachable &&
-		r.Rotation == o.Rotation
+		r.Rotation == o.Rotation && r.Restore == o.Restore
 }
 
 // state is the in-memory meeting point of the two controllers.
