@@ -58,7 +58,7 @@ count=0
 for dump in "$BACKUP_DIR"/db-*.dump; do
   [ -f "$dump" ] || continue
   step="read $(basename "$dump")"
-  name=$(pg_restore -l "$dump" | sed -n 's/^;[[:space:]]*Dbname: //p' | head -n 1)
+  name=$(pg_restore -l "$dump" | sed -n 's/^;[[:space:]]*[Dd][Bb][Nn]ame: //p' | head -n 1)
   [ -n "$name" ] || exit 5
   printf '%s' "$name" >"$tmpd/name"
   step="check the target database of $(basename "$dump")"
