@@ -118,7 +118,7 @@ func (r *backupReconciler) memberCleanup(ctx context.Context, b *fleetv1alpha1.D
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.MemberCallTimeout)
 	defer cancel()
-	out, err := r.cleanupStep(ctx, c, live, b)
+	out, err := r.cleanupStep(ctx, c, live, b, rec)
 	if err != nil {
 		if r.now().After(deadline) {
 			return giveUp("the cleanup kept failing (" + redactAddresses(err.Error()) + ")")
@@ -127,12 +127,16 @@ func (r *backupReconciler) memberCleanup(ctx context.Context, b *fleetv1alpha1.D
 		return cleanupOutcome{requeue: r.retry.When(key)}
 	}
 	r.retry.Forget(key)
+	if out.left != "" {
+		out.left = truncate("member " + rec.Cluster + ": " + out.left)
+	}
 	return out
 }
 
 // cleanupStep: stop a running backup Job; with Delete, run the cleanup Job
 // until it succeeded; then delete both Jobs.
-func (r *backupReconciler) cleanupStep(ctx context.Context, c client.Client, live client.Reader, b *fleetv1alpha1.DatabaseBackup) (cleanupOutcome, error) {
+func (r *backupReconciler) cleanupStep(ctx context.Context, c client.Client, live client.Reader, b *fleetv1alpha1.DatabaseBackup,
+	rec fleetv1alpha1.BackupRecord) (cleanupOutcome, error) {
 	backupJob, err := r.ownBackupJob(ctx, live, b, backupJobName(b))
 	if err != nil {
 		return cleanupOutcome{}, err
@@ -144,8 +148,9 @@ func (r *backupReconciler) cleanupStep(ctx context.Context, c client.Client, liv
 	if backupJob != nil && backupJob.DeletionTimestamp != nil {
 		return cleanupOutcome{requeue: backupJobPoll}, nil
 	}
-	if backupPolicy(b) == fleetv1alpha1.BackupDeletionDelete {
-		out, err := r.runCleanupJob(ctx, c, live, b, backupJob)
+	// A member whose backup never started has no files of it.
+	if backupPolicy(b) == fleetv1alpha1.BackupDeletionDelete && (backupJob != nil || rec.Started != nil) {
+		out, err := r.runCleanupJob(ctx, c, live, b, r.cleanupTemplate(ctx, b, rec.Cluster, backupJob))
 		if err != nil || !out.done {
 			return out, err
 		}
@@ -154,6 +159,29 @@ func (r *backupReconciler) cleanupStep(ctx context.Context, c client.Client, liv
 		}
 	}
 	return cleanupOutcome{done: true}, deleteJob(ctx, c, backupJob)
+}
+
+// cleanupTemplate is the Job the cleanup Job is made from: the backup Job,
+// or, when that was removed, the backup Job the Database would get (nil
+// when the Database is gone too).
+func (r *backupReconciler) cleanupTemplate(ctx context.Context, b *fleetv1alpha1.DatabaseBackup, cluster string, backupJob *batchv1.Job) *batchv1.Job {
+	if backupJob != nil {
+		return backupJob
+	}
+	db := &fleetv1alpha1.Database{}
+	if err := r.hub.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.DatabaseName}, db); err != nil {
+		return nil
+	}
+	objs, err := renderBackup(db, b, cluster, r.opts)
+	if err != nil {
+		return nil
+	}
+	for _, obj := range objs {
+		if j, ok := obj.(*batchv1.Job); ok {
+			return j
+		}
+	}
+	return nil
 }
 
 // runCleanupJob creates the cleanup Job from the backup Job (its image and
@@ -166,9 +194,10 @@ func (r *backupReconciler) runCleanupJob(ctx context.Context, c client.Client, l
 	}
 	switch {
 	case job == nil && backupJob == nil:
-		// No backup Job ever ran here (or it was removed by hand): nothing
-		// says where its files would be, so nothing is removed.
-		return cleanupOutcome{done: true}, nil
+		// Neither the backup Job nor the Database is left to say which
+		// image and claim to use: the files stay (the Event says where).
+		return cleanupOutcome{done: true, left: truncate("neither the backup Job nor the Database remains to run the cleanup; left " +
+			backupDir(b) + " on the volume claim " + backupClaimName(b))}, nil
 	case job == nil:
 		cj, err := renderCleanup(b, backupJob, r.opts.HubID)
 		if err != nil {
