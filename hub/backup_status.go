@@ -27,7 +27,7 @@ func foldBackupStatus(st *fleetv1alpha1.DatabaseBackupStatus, gone bool) {
 			pending = append(pending, rec.Cluster)
 		}
 	}
-	meta.RemoveStatusCondition(&st.Conditions, fleetv1alpha1.ConditionStalled)
+	stalled := false
 	switch {
 	case len(running) > 0 || len(pending) > 0:
 		st.Phase = fleetv1alpha1.BackupPhasePending
@@ -48,6 +48,7 @@ func foldBackupStatus(st *fleetv1alpha1.DatabaseBackupStatus, gone bool) {
 		}
 		setBackupCondition(st, fleetv1alpha1.ConditionReady, false, reason, msg)
 		setBackupStalled(st, reason, msg)
+		stalled = true
 	case len(failed) > 0:
 		st.Phase = fleetv1alpha1.BackupPhasePartiallyFailed
 		setBackupCondition(st, fleetv1alpha1.ConditionReady, false, fleetv1alpha1.ReasonBackupPartiallyFailed,
@@ -59,6 +60,9 @@ func foldBackupStatus(st *fleetv1alpha1.DatabaseBackupStatus, gone bool) {
 			msg += "; skipped: " + names(skipped)
 		}
 		setBackupCondition(st, fleetv1alpha1.ConditionReady, true, fleetv1alpha1.ReasonBackupSucceeded, msg)
+	}
+	if !stalled {
+		meta.RemoveStatusCondition(&st.Conditions, fleetv1alpha1.ConditionStalled)
 	}
 }
 

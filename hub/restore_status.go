@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -76,8 +77,33 @@ func setRestoredCondition(st *fleetv1alpha1.DatabaseStatus, db *fleetv1alpha1.Da
 	setCondition(st, fleetv1alpha1.ConditionRestored, metav1.ConditionFalse, first, msg)
 	if first == fleetv1alpha1.ReasonBackupUnusable {
 		setStalledCondition(st, first, msg)
+		// computeStatus cleared Stalled and set Reconciling: a status that
+		// stays stalled keeps its transition times (no write per pass).
+		keepTransitionTimes(st, db.Status.Conditions, fleetv1alpha1.ConditionStalled, fleetv1alpha1.ConditionReconciling, fleetv1alpha1.ConditionReady)
 		st.Phase = phaseOf(st.Conditions)
 	}
+}
+
+// keepTransitionTimes gives the conditions of types that have the same
+// status as in prev the transition time they had there, and keeps the
+// conditions in prev's order (Stalled, removed and added again, would
+// otherwise move to the end).
+func keepTransitionTimes(st *fleetv1alpha1.DatabaseStatus, prev []metav1.Condition, types ...string) {
+	for _, t := range types {
+		was, now := meta.FindStatusCondition(prev, t), meta.FindStatusCondition(st.Conditions, t)
+		if was != nil && now != nil && was.Status == now.Status {
+			now.LastTransitionTime = was.LastTransitionTime
+		}
+	}
+	pos := func(t string) int {
+		for i, c := range prev {
+			if c.Type == t {
+				return i
+			}
+		}
+		return len(prev)
+	}
+	slices.SortStableFunc(st.Conditions, func(a, b metav1.Condition) int { return pos(a.Type) - pos(b.Type) })
 }
 
 // restoreRecord is a member's status.restore record from its report,

@@ -385,4 +385,8 @@ func testRestoreWaits(t *testing.T, e *env, ns string) {
 		g.Expect(condition(got.Status.Conditions, fleetv1alpha1.ConditionStalled)).To(HaveField("Status", metav1.ConditionTrue))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	e.expectNoClientService(g, "m1", ns, "elsewhere")
+	// Stalled is steady: no status write per pass.
+	rv := e.getDB(ns, "elsewhere").ResourceVersion
+	g.Consistently(func() string { return e.getDB(ns, "elsewhere").ResourceVersion }).
+		WithTimeout(3 * memberCallTimeout / 2).WithPolling(poll).Should(Equal(rv))
 }
