@@ -100,7 +100,8 @@ YAML
 
 # cnpg installs CloudNativePG's CRDs in a member, then the kwok Stages: kwok's
 # defaults (node-initialize, the node heartbeat matching the lease setting,
-# pod-ready, pod-complete, pod-delete) and hack/kwok/cnpg-stages.yaml.
+# pod-ready, pod-complete, pod-delete), hack/kwok/cnpg-stages.yaml and the
+# test-only hack/kwok/test-stages.yaml (a failing backup Job, on request).
 cnpg() {
 	local c=$1 kc cnpgdir kwokdir heartbeat=heartbeat-with-lease/node-heartbeat-with-lease.yaml
 	kc=$(kubeconfig "$c")
@@ -115,7 +116,7 @@ cnpg() {
 	"$KUBECTL" --kubeconfig "$kc" apply \
 		-f "$kwokdir/node/fast/node-initialize.yaml" -f "$kwokdir/node/$heartbeat" \
 		-f "$kwokdir/pod/fast/pod-ready.yaml" -f "$kwokdir/pod/fast/pod-complete.yaml" -f "$kwokdir/pod/fast/pod-delete.yaml" \
-		-f "$root/hack/kwok/cnpg-stages.yaml" >/dev/null
+		-f "$root/hack/kwok/cnpg-stages.yaml" -f "$root/hack/kwok/test-stages.yaml" >/dev/null
 }
 
 # register joins a member with the hub's own identity (deploy/member's

@@ -233,7 +233,7 @@ func initialRecords(b *fleetv1alpha1.DatabaseBackup, db *fleetv1alpha1.Database)
 	placedSet := setOf(placed)
 	out := make([]fleetv1alpha1.BackupRecord, 0, len(names))
 	for _, name := range sortedKeys(setOf(names)) {
-		rec := fleetv1alpha1.BackupRecord{Cluster: name, Phase: fleetv1alpha1.BackupPhasePending}
+		rec := fleetv1alpha1.BackupRecord{Cluster: name, Phase: fleetv1alpha1.BackupPhasePending, BackupID: backupID(b)}
 		if !placedSet[name] {
 			rec.Phase = fleetv1alpha1.BackupPhaseSkipped
 			rec.Message = "the Database is not placed on this member"

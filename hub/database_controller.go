@@ -69,6 +69,9 @@ type databaseScope struct {
 	leftRegistry []string
 	// rotation is the credential rotation's part of the status.
 	rotation rotationOutcome
+	// finalBackups is status.finalBackups, computed with the teardowns
+	// (before the results of finished ones are dropped).
+	finalBackups []fleetv1alpha1.BackupRecord
 }
 
 // stall ends the reconcile on a terminal error: the status written at the

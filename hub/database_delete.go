@@ -45,7 +45,8 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 		return ctrl.Result{}, nil
 	}
 
-	r.fanOut(ctx, s.key, &plan{uid: db.UID, generation: db.Generation, policy: teardownPolicy(db), teardown: pending})
+	r.fanOut(ctx, s.key, &plan{uid: db.UID, generation: db.Generation, policy: teardownPolicy(db), teardown: pending,
+		finalBackup: newFinalBackupPlan(db, teardownPolicy(db), pending)})
 	st := computeStatus(statusInput{
 		db:          db,
 		teardown:    sortedKeys(pending),
@@ -53,6 +54,9 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 		unreachable: r.unreachable,
 		now:         r.now(),
 	})
+	st.FinalBackups = s.finalBackups
+	setFinalBackupCondition(&st, db, pending)
+	r.finalBackupEvents(db, st.FinalBackups)
 	s.status = &st
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
@@ -82,33 +86,40 @@ func (r *databaseReconciler) membersReached(s *databaseScope) map[string]bool {
 // to look again at the unreachable ones among them.
 func (r *databaseReconciler) settleTeardowns(ctx context.Context, s *databaseScope, members map[string]bool) (pending map[string]bool, requeue time.Duration) {
 	pending = map[string]bool{}
+	skipped := map[string]bool{}
 	for name := range members {
-		done, wait := r.teardownSettled(ctx, s.db, name, s.results[name])
+		done, wait, noBackup := r.teardownSettled(ctx, s.db, name, s.results[name])
 		if !done {
 			pending[name] = true
 			requeue = minPositive(requeue, wait)
 		}
+		if noBackup {
+			skipped[name] = true
+		}
 	}
+	s.finalBackups = finalBackupRecords(s.db, s.results, s.targets, members, skipped)
 	return pending, requeue
 }
 
 // teardownSettled says whether a member no longer blocks the Database's
 // teardown: its objects are gone, or it has been unreachable for longer than
-// the timeout. wait is when to look again for an unreachable member.
-func (r *databaseReconciler) teardownSettled(ctx context.Context, db *fleetv1alpha1.Database, name string, res *memberResult) (done bool, wait time.Duration) {
+// the timeout. wait is when to look again for an unreachable member;
+// noBackup reports a member given up as unreachable before the final
+// backup its teardown needed was taken there.
+func (r *databaseReconciler) teardownSettled(ctx context.Context, db *fleetv1alpha1.Database, name string, res *memberResult) (done bool, wait time.Duration, noBackup bool) {
 	if res != nil && res.TornDown {
-		return true, 0
+		return true, 0, false
 	}
 	h := r.provider.Health(name)
 	if !h.Engaged && !r.registered(ctx, name) {
 		// The member left the registry: there is nothing left to reach.
 		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonMemberRemoved, "Teardown", "%s", leftBehindMessage(db, name))
 		r.state.dropResult(client.ObjectKeyFromObject(db), name) // once
-		return true, 0
+		return true, 0, false
 	}
 	down, _ := r.unreachable(name)
 	if !down {
-		return false, 0
+		return false, 0, false
 	}
 	start := h.Since
 	if !db.DeletionTimestamp.IsZero() && db.DeletionTimestamp.After(start) {
@@ -116,17 +127,39 @@ func (r *databaseReconciler) teardownSettled(ctx context.Context, db *fleetv1alp
 	}
 	timeout := db.EffectiveUnreachableTimeout()
 	if left := timeout - r.now().Sub(start); left > 0 {
-		return false, left
+		return false, left, false
 	}
 	// The hub's own record of what to collect on reconnect, and how (the
-	// sweep trusts nothing read back from the member).
-	if err := r.tombstones.record(ctx, db, name, teardownPolicy(db)); err != nil {
+	// sweep trusts nothing read back from the member). Without the final
+	// backup a Required policy asked for, the data there is retained, never
+	// deleted on reconnect.
+	policy, fbp := teardownPolicy(db), finalBackupFor(db, teardownPolicy(db))
+	noBackup = fbp != fleetv1alpha1.FinalBackupSkip && !backupTaken(db, name, res)
+	if noBackup && fbp == fleetv1alpha1.FinalBackupRequired {
+		policy = fleetv1alpha1.DeletionPolicyRetain
+	}
+	if err := r.tombstones.record(ctx, db, name, policy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "recording a tombstone; teardown of the member keeps blocking", "cluster", name)
-		return false, teardownPoll
+		return false, teardownPoll, false
+	}
+	if policy != teardownPolicy(db) {
+		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "TeardownSkipped", "Teardown",
+			"member %s unreachable for longer than %s: no longer blocking; no final backup could be taken there, so its data is retained "+
+				"(deletionPolicy Retain) when it reconnects: delete its volume claims by hand once they are not needed", name, timeout)
+		return true, 0, noBackup
 	}
 	r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "TeardownSkipped", "Teardown",
 		"member %s unreachable for longer than %s: no longer blocking; its leftovers are removed when it reconnects", name, timeout)
-	return true, 0
+	return true, 0, noBackup
+}
+
+// backupTaken: the member's final backup succeeded (status or latest result).
+func backupTaken(db *fleetv1alpha1.Database, name string, res *memberResult) bool {
+	if res != nil && res.FinalBackup != nil {
+		return res.FinalBackup.Phase == fleetv1alpha1.BackupPhaseSucceeded
+	}
+	rec := backupRecordFor(db.Status.FinalBackups, name)
+	return rec != nil && rec.Phase == fleetv1alpha1.BackupPhaseSucceeded
 }
 
 func (r *databaseReconciler) dropFinalizer(ctx context.Context, db *fleetv1alpha1.Database) error {

@@ -82,6 +82,7 @@ func (r *databaseReconciler) reconcileRollout(ctx context.Context, s *databaseSc
 		targets:     s.targets,
 		teardown:    s.teardown,
 		credentials: s.credentials,
+		finalBackup: newFinalBackupPlan(s.db, teardownPolicy(s.db), s.teardown),
 	})
 	return ctrl.Result{}, nil
 }
@@ -99,6 +100,9 @@ func (r *databaseReconciler) reconcileStatus(_ context.Context, s *databaseScope
 		now:         r.now(),
 	})
 	st.LeftBehind = leftBehindStatus(s.db, s.leftRegistry, s.targets, r.now())
+	st.FinalBackups = s.finalBackups
+	setFinalBackupCondition(&st, s.db, s.teardown)
+	r.finalBackupEvents(s.db, st.FinalBackups)
 	s.rotation.apply(&st)
 	applyRestoreStatus(&st, s.db, s.results, s.placement.Targets)
 	r.memberEvents(s.db, st)

@@ -105,7 +105,7 @@ func (r *memberSyncReconciler) sync(ctx context.Context, cluster string, key typ
 		return unreachableOutcome(cluster, "member not connected")
 	}
 	if role == roleTeardown {
-		return r.teardown(ctx, cl.GetClient(), cluster, key, p)
+		return r.teardown(ctx, cl.GetClient(), cl.GetAPIReader(), cluster, key, p)
 	}
 
 	db := &fleetv1alpha1.Database{}
@@ -198,25 +198,59 @@ func (r *memberSyncReconciler) stepFailed(key types.NamespacedName, cluster, rea
 }
 
 // teardown removes the Database's objects from the member per the plan's
-// deletion policy, polling while they go.
-func (r *memberSyncReconciler) teardown(ctx context.Context, c client.Client, cluster string, key types.NamespacedName, p *plan) syncOutcome {
+// deletion policy, polling while they go. A final backup the plan asks for
+// comes first: while it holds, nothing is deleted in the member.
+func (r *memberSyncReconciler) teardown(ctx context.Context, c client.Client, live client.Reader, cluster string, key types.NamespacedName, p *plan) syncOutcome {
+	fb, err := r.finalBackup(ctx, c, live, cluster, key, p)
+	switch {
+	case err != nil && isForbidden(err) && p.finalBackup.policy == fleetv1alpha1.FinalBackupBestEffort:
+		// The member's RBAC refuses the backup: BestEffort records it and goes on.
+		fb = finalBackupStep{record: &fleetv1alpha1.BackupRecord{Cluster: cluster, Phase: fleetv1alpha1.BackupPhaseFailed,
+			Message: truncate("the member's RBAC refused the final backup: " + redactAddresses(err.Error()))}}
+	case err != nil:
+		return r.finalBackupFailed(key, cluster, err)
+	}
+	if fb.hold {
+		out := finished(outcomeTeardownWaiting, &memberResult{Status: deletingStatus(cluster, fb.waiting), FinalBackup: fb.record})
+		out.requeue = fb.requeue
+		return out
+	}
 	done, err := member.Teardown(ctx, c, r.owner(key, p), p.policy, r.memo)
 	switch {
 	case isForbidden(err):
 		return r.forbiddenOutcome(key, cluster, errReasonTeardown, err, fleetv1alpha1.ClusterPhaseDeleting)
 	case err != nil:
-		return failedOutcome(errReasonTeardown, err, &memberResult{Status: deletingStatus(cluster, "teardown failed, retrying: "+err.Error())})
+		return failedOutcome(errReasonTeardown, err, &memberResult{Status: deletingStatus(cluster, "teardown failed, retrying: "+err.Error()), FinalBackup: fb.record})
 	case !done:
-		out := finished(outcomeTeardownWaiting, &memberResult{Status: deletingStatus(cluster, "waiting for objects to be removed")})
+		out := finished(outcomeTeardownWaiting, &memberResult{Status: deletingStatus(cluster, "waiting for objects to be removed"), FinalBackup: fb.record})
 		out.requeue = teardownPoll
 		return out
+	}
+	if fb.jobs {
+		// The result is recorded: the backup Jobs go, the volume claim stays.
+		if err := r.removeFinalBackupJobs(ctx, c, live, p.finalBackup.db); err != nil {
+			return failedOutcome(errReasonTeardown, err, &memberResult{Status: deletingStatus(cluster, "removing the final backup jobs: "+err.Error()), FinalBackup: fb.record})
+		}
 	}
 	r.memo.ForgetDatabase(cluster, key.Namespace, key.Name)
 	msg := "removed"
 	if p.policy == fleetv1alpha1.DeletionPolicyOrphan {
 		msg = "left running without fleetdb's labels (deletionPolicy Orphan): the workload is no longer managed"
 	}
-	return finished(outcomeTornDown, &memberResult{Status: deletingStatus(cluster, msg), TornDown: true})
+	return finished(outcomeTornDown, &memberResult{Status: deletingStatus(cluster, msg), TornDown: true, FinalBackup: fb.record})
+}
+
+// finalBackupFailed: the final backup could not be started or read; the
+// teardown holds (a Forbidden until the Database or the member's
+// registration changes, anything else is retried).
+func (r *memberSyncReconciler) finalBackupFailed(key types.NamespacedName, cluster string, err error) syncOutcome {
+	if isForbidden(err) {
+		out := r.forbiddenOutcome(key, cluster, errReasonTeardown, err, fleetv1alpha1.ClusterPhaseDeleting)
+		out.result.FinalBackup = &fleetv1alpha1.BackupRecord{Cluster: cluster, Phase: fleetv1alpha1.BackupPhaseFailed,
+			Message: truncate("the member's RBAC refused the final backup (Jobs, volume claims, pods): " + redactAddresses(err.Error()))}
+		return out
+	}
+	return failedOutcome(errReasonTeardown, err, &memberResult{Status: deletingStatus(cluster, "final backup: "+redactAddresses(err.Error()))})
 }
 
 // applyFailed: an object fleetdb does not own blocks the member (terminal

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/cache"
 
@@ -41,6 +42,8 @@ type plan struct {
 	teardown map[string]bool
 	// traceparent of the change that produced this plan.
 	traceparent string
+	// finalBackup is the final backup the teardowns take first (nil: none).
+	finalBackup *finalBackupPlan
 	// credentials of the Database (from its hub Secret), so that member syncs
 	// need not read a Secret the hub cache may not have seen yet; nil in a
 	// deletion plan.
@@ -96,6 +99,8 @@ type memberResult struct {
 	Rotation rotationReport
 	// Restore is what the member sync found about spec.restoreFrom.
 	Restore restoreReport
+	// FinalBackup is the member's final backup before its teardown (nil: none).
+	FinalBackup *fleetv1alpha1.BackupRecord
 	// At is when the result was recorded.
 	At time.Time
 }
@@ -113,7 +118,7 @@ func (r *memberResult) sameAs(o *memberResult) bool {
 	a, b := r.Status, o.Status
 	a.LastSyncTime, b.LastSyncTime = nil, nil
 	return a == b && r.HasWorkload == o.HasWorkload && r.TornDown == o.TornDown && r.Unreachable == o.Unreachable &&
-		r.Rotation == o.Rotation && r.Restore == o.Restore
+		r.Rotation == o.Rotation && r.Restore == o.Restore && apiequality.Semantic.DeepEqual(r.FinalBackup, o.FinalBackup)
 }
 
 // state is the in-memory meeting point of the two controllers.
@@ -192,7 +197,8 @@ func (s *state) record(key types.NamespacedName, cluster string, r *memberResult
 	switch {
 	case r.sameAs(prev):
 		return resultSame
-	case prev != nil && prev.Status.Phase == r.Status.Phase && prev.TornDown == r.TornDown && prev.Unreachable == r.Unreachable:
+	case prev != nil && prev.Status.Phase == r.Status.Phase && prev.TornDown == r.TornDown && prev.Unreachable == r.Unreachable &&
+		backupPhase(prev.FinalBackup) == backupPhase(r.FinalBackup):
 		return resultProgress
 	case r.Status.Phase == fleetv1alpha1.ClusterPhasePending || r.Status.Phase == fleetv1alpha1.ClusterPhaseProvisioning:
 		return resultProgress

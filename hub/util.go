@@ -58,3 +58,6 @@ func minPositive(a, b time.Duration) time.Duration {
 	}
 	return min(a, b)
 }
+
+// ptrTo returns a pointer to v.
+func ptrTo[T any](v T) *T { return &v }

@@ -1,6 +1,7 @@
 package member
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -13,7 +14,10 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 )
@@ -360,4 +364,32 @@ func s3URL(s3 *fleetv1alpha1.S3BackupSpec, namespace, db, id string) string {
 		prefix += "/"
 	}
 	return "s3://" + s3.Bucket + "/" + prefix + namespace + "/" + db + "/" + id + "/"
+}
+
+// HasWorkload reports whether the member runs a workload of the Database o
+// (a StatefulSet, or a CloudNativePG Cluster where that API is served): a
+// backup has something to read. Only o's objects count (see Owner).
+func HasWorkload(ctx context.Context, c client.Reader, o Owner) (bool, error) {
+	sts, err := listManaged(ctx, c, workloadKinds[0], o)
+	if err != nil {
+		return false, err
+	}
+	if len(sts) > 0 {
+		return true, nil
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(CNPGClusterGVK.GroupVersion().WithKind("ClusterList"))
+	err = c.List(ctx, list, client.InNamespace(o.Namespace), client.MatchingLabelsSelector{Selector: SelectorFor(o.Namespace, o.Name)})
+	if noKindServed(err) || apierrors.IsForbidden(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("listing Clusters: %w", err)
+	}
+	for i := range list.Items {
+		if o.owns(&list.Items[i]) {
+			return true, nil
+		}
+	}
+	return false, nil
 }

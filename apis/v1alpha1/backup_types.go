@@ -115,6 +115,11 @@ type BackupRecord struct {
 	// Phase is Pending, Running, Succeeded, Failed or Skipped.
 	// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Skipped
 	Phase string `json:"phase"`
+	// BackupID names the backup (its directory on the member's backup
+	// volume, under /backups/<namespace>/<database>/).
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	BackupID string `json:"backupID,omitempty"`
 	// Location is where the backup is (the claim and path, and the S3 URL when copied there).
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024

@@ -358,6 +358,8 @@ func (b *bench) newDatabase(name string, placement []string, maxUnavailable int3
 			Placement:      fleetv1alpha1.PlacementSpec{ClusterNames: placement},
 			Rollout:        fleetv1alpha1.RolloutSpec{MaxUnavailable: maxUnavailable},
 			DeletionPolicy: fleetv1alpha1.DeletionPolicyDelete,
+			// The peers take no backup before deleting: neither does the benchmark.
+			Backup: &fleetv1alpha1.BackupSpec{FinalBackup: fleetv1alpha1.FinalBackupSkip},
 		},
 	}
 }

@@ -446,6 +446,10 @@ func TestRotation(t *testing.T) {
 	RotationSpec(specContext(t), RotationInput{T: t, Fleet: suite.fleet})
 }
 
+func TestFinalBackup(t *testing.T) {
+	FinalBackupSpec(specContext(t), FinalBackupInput{T: t, Fleet: suite.fleet})
+}
+
 func TestDelete(t *testing.T) {
 	DeleteSpec(specContext(t), DeleteInput{T: t, Fleet: suite.fleet})
 }

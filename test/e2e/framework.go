@@ -208,6 +208,9 @@ func NewDatabase(namespace, name string, replicas int32, members []string) *flee
 			// unset unreachableTimeout (a struct is never omitted by
 			// omitempty), which would bypass the CRD's 10m default.
 			Teardown: fleetv1alpha1.TeardownSpec{UnreachableTimeout: &metav1.Duration{Duration: 10 * time.Minute}},
+			// Specs not about backups take none (a Job per member on every
+			// delete); FinalBackupSpec sets its own.
+			Backup: &fleetv1alpha1.BackupSpec{FinalBackup: fleetv1alpha1.FinalBackupSkip},
 		},
 	}
 }

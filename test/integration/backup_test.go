@@ -2,10 +2,11 @@ package integration
 
 import (
 	"fmt"
-	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,377 +17,339 @@ import (
 	"github.com/fleetdb/fleetdb/member"
 )
 
-// TestBackup runs on-demand backups (DatabaseBackup) and restores
-// (spec.restoreFrom) on a hub and two members. envtest runs no Job
-// controller and no pods: the test plays both, finishing the Jobs the hub
-// creates and giving the backup Jobs a pod whose container terminated with
-// the result line the backup script writes.
-func TestBackup(t *testing.T) {
-	e := startEnvWith(t, envOptions{}, "m1", "m2")
-	e.sim.enable("m1", true)
-	e.sim.enable("m2", true)
-	ns := e.namespace("backups")
-	g := NewWithT(t)
-	e.createReady(g, backupDB(ns, "orders", "m1", "m2"))
-
-	t.Run("a DatabaseBackup runs a Job in every member and reports each", func(t *testing.T) { testBackupFanOut(t, e, ns) })
-	t.Run("clusterNames limits the members; a named member that is not placed is Skipped", func(t *testing.T) { testBackupSubset(t, e, ns) })
-	t.Run("a DatabaseBackup of a missing Database stalls", func(t *testing.T) { testBackupNoDatabase(t, e, ns) })
-	t.Run("restoreFrom: the client Service appears only after the member's restore succeeded; a failed restore holds the member", func(t *testing.T) {
-		testRestore(t, e, ns)
-	})
-	t.Run("restoreFrom naming a backup that is not there waits", func(t *testing.T) { testRestoreWaits(t, e, ns) })
-	t.Run("deleting a DatabaseBackup: Delete runs a cleanup Job per member, Retain none", func(t *testing.T) { testBackupDelete(t, e, ns) })
+// TestFinalBackup: a Database deleted with deletionPolicy Delete is backed
+// up in each member before its data goes there. envtest runs no Job
+// controller and no kubelet: finishBackupJobs plays both.
+func TestFinalBackup(t *testing.T) {
+	e := startEnvWith(t, envOptions{withoutCNPG: []string{"m1", "m2"}}, "m1", "m2")
+	for _, m := range []string{"m1", "m2"} {
+		e.sim.enable(m, true)
+	}
+	t.Run("Required (the default) waits for each member's Job and records it", func(t *testing.T) { testFinalBackupRequired(t, e) })
+	t.Run("a failed Required backup holds that member; a retry runs; Skip releases it", func(t *testing.T) { testFinalBackupFailed(t, e) })
+	t.Run("Skip deletes at once without a Job", func(t *testing.T) { testFinalBackupSkip(t, e) })
+	t.Run("BestEffort records a failure and goes on", func(t *testing.T) { testFinalBackupBestEffort(t, e) })
+	t.Run("an unreachable member within unreachableTimeout waits, then is backed up", func(t *testing.T) { testFinalBackupUnreachable(t, e) })
+	t.Run("a member unreachable past the timeout: Skipped, its data retained", func(t *testing.T) { testFinalBackupUnreachableTimeout(t, e) })
 }
 
-// backupDB is a Database without a final backup (these tests are not about it).
-func backupDB(ns, name string, members ...string) *fleetv1alpha1.Database {
+// backupDB is a Database whose deletion takes final backups by policy ("" : the default).
+func backupDB(ns, name string, policy fleetv1alpha1.FinalBackupPolicy, members ...string) *fleetv1alpha1.Database {
 	db := newDB(ns, name, members...)
-	db.Spec.Backup = &fleetv1alpha1.BackupSpec{FinalBackup: fleetv1alpha1.FinalBackupSkip}
+	db.Spec.Backup = nil
+	if policy != "" {
+		db.Spec.Backup = &fleetv1alpha1.BackupSpec{FinalBackup: policy}
+	}
 	return db
 }
 
-func newBackup(ns, name, db string, policy string, members ...string) *fleetv1alpha1.DatabaseBackup {
-	return &fleetv1alpha1.DatabaseBackup{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       fleetv1alpha1.DatabaseBackupSpec{DatabaseName: db, ClusterNames: members, DeletionPolicy: policy},
-	}
-}
-
-func (e *env) getBackup(g Gomega, ns, name string) *fleetv1alpha1.DatabaseBackup {
-	var b fleetv1alpha1.DatabaseBackup
-	g.Expect(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &b)).To(Succeed())
-	return &b
-}
-
-// jobsWith lists the Jobs in a member's namespace that carry the label key
-// (with value, when not empty) and are not being deleted.
-func (e *env) jobsWith(g Gomega, m, ns, key, value string) []*batchv1.Job {
-	var list batchv1.JobList
-	g.Expect(e.member(m).List(e.ctx, &list, client.InNamespace(ns), client.HasLabels{key})).To(Succeed())
-	var out []*batchv1.Job
-	for i := range list.Items {
-		j := &list.Items[i]
-		if j.DeletionTimestamp.IsZero() && (value == "" || j.Labels[key] == value) {
-			out = append(out, j)
-		}
-	}
-	return out
-}
-
-// waitJob waits for exactly one Job whose name contains part and whose
-// label key starts with prefix in a member.
-func (e *env) waitJob(g Gomega, m, ns, key, prefix, part string) *batchv1.Job {
-	var job *batchv1.Job
+// readyThenDelete creates db, waits for Ready, gives each member the data
+// volume claim its StatefulSet controller would have made, and deletes it.
+func readyThenDelete(t *testing.T, e *env, db *fleetv1alpha1.Database, members ...string) {
+	g := NewWithT(t)
+	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		var found []*batchv1.Job
-		for _, j := range e.jobsWith(g, m, ns, key, "") {
-			if strings.Contains(j.Name, part) && strings.HasPrefix(j.Labels[key], prefix) {
-				found = append(found, j)
+		g.Expect(e.getDB(db.Namespace, db.Name).Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	for _, m := range members {
+		g.Expect(e.member(m).Create(e.ctx, pvcFor(e, m, db.Namespace, db.Name))).To(Succeed())
+	}
+	g.Expect(e.hub.Delete(e.ctx, e.getDB(db.Namespace, db.Name))).To(Succeed())
+}
+
+// backupJobs lists the final backup Jobs in a member's namespace.
+func backupJobs(g Gomega, e *env, m, ns string) []batchv1.Job {
+	var jobs batchv1.JobList
+	g.Expect(e.member(m).List(e.ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{
+		fleetv1alpha1.LabelComponent: fleetv1alpha1.ComponentBackup, fleetv1alpha1.LabelBackupKind: fleetv1alpha1.BackupKindFinal,
+	})).To(Succeed())
+	return jobs.Items
+}
+
+// finishBackupJobs plays the Job controller and kubelet for the backup Jobs
+// in a member's namespace that have not ended: a pod whose backup
+// container terminated with the result line the script writes (sizeBytes,
+// or the failed step), and the Job's terminal status. It returns how many
+// it finished.
+func finishBackupJobs(g Gomega, e *env, m, ns string, succeed bool, size int64) int {
+	n := 0
+	for i := range backupJobs(g, e, m, ns) {
+		job := backupJobs(g, e, m, ns)[i]
+		if jobEnded(&job) || !job.DeletionTimestamp.IsZero() {
+			continue
+		}
+		c := e.member(m)
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: job.Name + "-", Labels: job.Spec.Template.Labels},
+			Spec:       *job.Spec.Template.Spec.DeepCopy(),
+		}
+		g.Expect(c.Create(e.ctx, pod)).To(Succeed())
+		now := metav1.Now()
+		msg, code, phase := fmt.Sprintf(`{"phase":"Succeeded","backupID":%q,"sizeBytes":%d,"engine":"postgres"}`, job.Labels[fleetv1alpha1.LabelBackupID], size), int32(0), corev1.PodSucceeded
+		if !succeed {
+			msg, code, phase = `{"phase":"Failed","step":"pg_dump of database oid 16384","exitCode":1}`, 1, corev1.PodFailed
+		}
+		pod.Status = corev1.PodStatus{Phase: phase, ContainerStatuses: []corev1.ContainerStatus{{
+			Name: member.BackupContainerName, Image: job.Spec.Template.Spec.Containers[0].Image,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Message: msg, StartedAt: now, FinishedAt: now}},
+		}}}
+		g.Expect(c.Status().Update(e.ctx, pod)).To(Succeed())
+
+		job.Status.StartTime = &now
+		if succeed {
+			job.Status.Succeeded, job.Status.CompletionTime = 1, &now
+			job.Status.Conditions = []batchv1.JobCondition{
+				{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
+				{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			}
+		} else {
+			job.Status.Failed = 2
+			job.Status.Conditions = []batchv1.JobCondition{
+				{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", LastTransitionTime: now},
+				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit", LastTransitionTime: now},
 			}
 		}
-		g.Expect(found).To(HaveLen(1), "a %s Job in %s", part, m)
-		job = found[0]
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-	return job
+		g.Expect(c.Status().Update(e.ctx, &job)).To(Succeed())
+		n++
+	}
+	return n
 }
 
-// finishWithResult plays the Job's pod and the Job controller: a pod of the
-// Job whose first container terminated with message (the termination
-// message), then the Job's status.
-func (e *env) finishWithResult(g Gomega, m string, job *batchv1.Job, succeeded bool, message string) {
-	c := job.Spec.Template.Spec.Containers[0]
-	if ic := job.Spec.Template.Spec.InitContainers; len(ic) > 0 {
-		c = ic[0]
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: job.Namespace, Name: job.Name + "-x1", Labels: map[string]string{batchv1.JobNameLabel: job.Name}},
-		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, AutomountServiceAccountToken: ptrTo(false),
-			Containers: []corev1.Container{{Name: c.Name, Image: c.Image}}},
-	}
-	g.Expect(e.member(m).Create(e.ctx, pod)).To(Succeed())
-	phase, code := corev1.PodSucceeded, int32(0)
-	if !succeeded {
-		phase, code = corev1.PodFailed, 1
-	}
-	pod.Status = corev1.PodStatus{Phase: phase, ContainerStatuses: []corev1.ContainerStatus{{
-		Name: c.Name, Image: c.Image,
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Completed", Message: message}},
-	}}}
-	g.Expect(e.member(m).Status().Update(e.ctx, pod)).To(Succeed())
-	e.finishJob(g, m, job, succeeded)
-}
-
-func ptrTo[T any](v T) *T { return &v }
-
-// backupResult is the result line the backup script writes for a backup.
-func backupResult(ns, db, id string, size int64) string {
-	return fmt.Sprintf(`{"phase":"Succeeded","backupID":"%s","path":"%s","sizeBytes":%d,"engine":"postgres","version":"17.2","created":"2026-11-30T23:00:00Z"}`,
-		id, member.BackupDir(ns, db, id), size)
-}
-
-// runBackup creates a DatabaseBackup and plays its Jobs to success in the members.
-func (e *env) runBackup(g Gomega, b *fleetv1alpha1.DatabaseBackup, members ...string) *fleetv1alpha1.DatabaseBackup {
-	g.Expect(e.hub.Create(e.ctx, b)).To(Succeed())
-	for i, m := range members {
-		job := e.waitJob(g, m, b.Namespace, fleetv1alpha1.LabelBackupID, b.Name+"-", "-bk-")
-		e.finishWithResult(g, m, job, true, backupResult(b.Namespace, b.Spec.DatabaseName, job.Labels[fleetv1alpha1.LabelBackupID], int64(1000+i)))
-	}
-	g.Eventually(func(g Gomega) {
-		g.Expect(e.getBackup(g, b.Namespace, b.Name).Status.Phase).To(Equal(fleetv1alpha1.BackupPhaseSucceeded))
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-	return e.getBackup(g, b.Namespace, b.Name)
-}
-
-func testBackupFanOut(t *testing.T, e *env, ns string) {
-	g := NewWithT(t)
-	g.Expect(e.hub.Create(e.ctx, newBackup(ns, "nightly", "orders", ""))).To(Succeed())
-	jobs := map[string]*batchv1.Job{}
-	for _, m := range []string{"m1", "m2"} {
-		jobs[m] = e.waitJob(g, m, ns, fleetv1alpha1.LabelBackupID, "nightly-", "-bk-")
-		job := jobs[m]
-		g.Expect(job.Labels).To(HaveKeyWithValue(fleetv1alpha1.LabelHubID, e.hubID(g)), "the Job carries the hub identity")
-		g.Expect(job.Labels).To(HaveKeyWithValue(fleetv1alpha1.LabelBackupKind, fleetv1alpha1.BackupKindOnDemand))
-		g.Expect(job.Spec.Template.Spec.Volumes[0].PersistentVolumeClaim.ClaimName).To(Equal("orders-backups"))
-		var pvc corev1.PersistentVolumeClaim
-		g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "orders-backups"}, &pvc)).To(Succeed(), "the backup volume claim in %s", m)
-	}
-	g.Expect(jobs["m1"].Name).To(Equal(jobs["m2"].Name), "the Job's name is the same everywhere (from the DatabaseBackup's UID)")
-	g.Eventually(func(g Gomega) {
-		b := e.getBackup(g, ns, "nightly")
-		g.Expect(b.Finalizers).To(ContainElement(fleetv1alpha1.BackupFinalizer))
-		g.Expect(b.Status.Phase).To(Equal(fleetv1alpha1.BackupPhaseRunning))
-		g.Expect(b.Status.Clusters).To(HaveLen(2))
-		for _, rec := range b.Status.Clusters {
-			g.Expect(rec.Phase).To(Equal(fleetv1alpha1.BackupPhaseRunning), rec.Cluster)
-			g.Expect(rec.Started).NotTo(BeNil())
+func jobEnded(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return true
 		}
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-
-	id := jobs["m1"].Labels[fleetv1alpha1.LabelBackupID]
-	e.finishWithResult(g, "m1", jobs["m1"], true, backupResult(ns, "orders", id, 4096))
-	e.finishWithResult(g, "m2", jobs["m2"], false, `{"phase":"Failed","step":"pg_dump of database oid 16385","exitCode":1}`)
-	g.Eventually(func(g Gomega) {
-		b := e.getBackup(g, ns, "nightly")
-		g.Expect(b.Status.Phase).To(Equal(fleetv1alpha1.BackupPhasePartiallyFailed))
-		m1, m2 := b.Record("m1"), b.Record("m2")
-		g.Expect(m1.Phase).To(Equal(fleetv1alpha1.BackupPhaseSucceeded))
-		g.Expect(m1.SizeBytes).To(HaveValue(BeEquivalentTo(4096)))
-		g.Expect(m1.Location).To(Equal("persistentvolumeclaim/orders-backups:" + member.BackupDir(ns, "orders", id)))
-		g.Expect(m1.Finished).NotTo(BeNil())
-		g.Expect(m2.Phase).To(Equal(fleetv1alpha1.BackupPhaseFailed))
-		g.Expect(m2.Message).To(ContainSubstring("BackoffLimitExceeded"))
-		g.Expect(condition(b.Status.Conditions, fleetv1alpha1.ConditionReady)).To(HaveField("Reason", fleetv1alpha1.ReasonBackupPartiallyFailed))
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-
-	// A finished DatabaseBackup is never written again.
-	rv := e.getBackup(g, ns, "nightly").ResourceVersion
-	e.settle(g)
-	g.Consistently(func(g Gomega) {
-		g.Expect(e.getBackup(g, ns, "nightly").ResourceVersion).To(Equal(rv))
-	}).WithTimeout(3 * memberCallTimeout / 2).WithPolling(poll).Should(Succeed())
+	}
+	return false
 }
 
-func testBackupSubset(t *testing.T, e *env, ns string) {
-	g := NewWithT(t)
-	b := e.runBackup(g, newBackup(ns, "only-m2", "orders", "", "m2", "elsewhere"), "m2")
-	g.Expect(b.Record("m2").Phase).To(Equal(fleetv1alpha1.BackupPhaseSucceeded))
-	g.Expect(b.Record("elsewhere")).To(HaveField("Phase", fleetv1alpha1.BackupPhaseSkipped))
-	g.Expect(b.Record("m1")).To(BeNil())
-	for _, j := range e.jobsWith(g, "m1", ns, fleetv1alpha1.LabelBackupID, "") {
-		g.Expect(j.Labels[fleetv1alpha1.LabelBackupID]).NotTo(HavePrefix("only-m2"), "no Job in m1")
+func finalBackupRecord(db *fleetv1alpha1.Database, cluster string) fleetv1alpha1.BackupRecord {
+	for _, r := range db.Status.FinalBackups {
+		if r.Cluster == cluster {
+			return r
+		}
+	}
+	return fleetv1alpha1.BackupRecord{}
+}
+
+// dataLeft checks that nothing of the Database was deleted in the member.
+func dataLeft(g Gomega, e *env, m, ns, name string) {
+	c := e.member(m)
+	g.Expect(c.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &appsv1.StatefulSet{})).To(Succeed(), "the StatefulSet in %s", m)
+	g.Expect(c.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name + "-credentials"}, &corev1.Secret{})).To(Succeed(), "the Secret in %s", m)
+	var pvc corev1.PersistentVolumeClaim
+	g.Expect(c.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "data-" + name + "-0"}, &pvc)).To(Succeed(), "the data claim in %s", m)
+	g.Expect(pvc.DeletionTimestamp.IsZero()).To(BeTrue(), "the data claim in %s is being deleted", m)
+}
+
+func dbGone(e *env, ns, name string) func() bool {
+	return func() bool {
+		return apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &fleetv1alpha1.Database{}))
 	}
 }
 
-func testBackupNoDatabase(t *testing.T, e *env, ns string) {
-	g := NewWithT(t)
-	g.Expect(e.hub.Create(e.ctx, newBackup(ns, "ghost", "nobody", ""))).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		b := e.getBackup(g, ns, "ghost")
-		g.Expect(b.Status.Phase).To(Equal(fleetv1alpha1.BackupPhasePending))
-		g.Expect(condition(b.Status.Conditions, fleetv1alpha1.ConditionStalled)).To(HaveField("Reason", fleetv1alpha1.ReasonDatabaseNotFound))
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-	// It can be deleted: nothing ran.
-	g.Expect(e.hub.Delete(e.ctx, e.getBackup(g, ns, "ghost"))).To(Succeed())
-	e.waitBackupGone(g, ns, "ghost")
+// backupClaimKept checks the backup volume claim is in the member, not being deleted.
+func backupClaimKept(g Gomega, e *env, m, ns, name string) {
+	var pvc corev1.PersistentVolumeClaim
+	g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: member.BackupClaimName(name)}, &pvc)).To(Succeed(), "backup claim in %s", m)
+	g.Expect(pvc.DeletionTimestamp.IsZero()).To(BeTrue())
+	g.Expect(pvc.OwnerReferences).To(BeEmpty())
 }
 
-func (e *env) waitBackupGone(g Gomega, ns, name string) {
+func testFinalBackupRequired(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("backup-required")
+	db := backupDB(ns, "orders", "", "m1", "m2")
+	readyThenDelete(t, e, db, "m1", "m2")
+	uid := e.getDB(ns, "orders").UID
+
+	// Each member runs a backup Job (one), into the backup volume claim; nothing is deleted meanwhile.
+	for _, m := range []string{"m1", "m2"} {
+		g.Eventually(func(g Gomega) {
+			g.Expect(backupJobs(g, e, m, ns)).To(HaveLen(1))
+		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+		backupClaimKept(g, e, m, ns, "orders")
+	}
+	g.Eventually(func(g Gomega) {
+		got := e.getDB(ns, "orders")
+		g.Expect(finalBackupRecord(got, "m1").Phase).To(Equal(fleetv1alpha1.BackupPhaseRunning))
+		c := condition(got.Status.Conditions, fleetv1alpha1.ConditionFinalBackup)
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonFinalBackupRunning))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	dataLeft(g, e, "m1", ns, "orders")
+	dataLeft(g, e, "m2", ns, "orders")
+
+	// m1's backup succeeds: it is recorded with its size and location, and m1 is torn down.
+	g.Expect(finishBackupJobs(g, e, "m1", ns, true, 4242)).To(Equal(1))
+	id := member.FinalBackupID(string(uid))
+	g.Eventually(func(g Gomega) {
+		rec := finalBackupRecord(e.getDB(ns, "orders"), "m1")
+		g.Expect(rec.Phase).To(Equal(fleetv1alpha1.BackupPhaseSucceeded))
+		g.Expect(rec.SizeBytes).To(HaveValue(Equal(int64(4242))))
+		g.Expect(rec.BackupID).To(Equal(id))
+		g.Expect(rec.Location).To(Equal("persistentvolumeclaim/orders-backups:/backups/" + ns + "/orders/" + id))
+		g.Expect(rec.Started).NotTo(BeNil())
+		g.Expect(rec.Finished).NotTo(BeNil())
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	g.Eventually(func() bool {
-		err := e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &fleetv1alpha1.DatabaseBackup{})
-		return apierrors.IsNotFound(err)
-	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "DatabaseBackup %s is gone", name)
-}
+		return apierrors.IsNotFound(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "orders"}, &appsv1.StatefulSet{}))
+	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	dataLeft(g, e, "m2", ns, "orders")
+	g.Eventually(e.eventSeen(ns, "FinalBackupSucceeded", "m1")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
-func testBackupDelete(t *testing.T, e *env, ns string) {
-	g := NewWithT(t)
-	b := e.runBackup(g, newBackup(ns, "weekly", "orders", fleetv1alpha1.BackupDeletionDelete), "m1", "m2")
-	id := backupIDOf(g, e, "m1", ns, b)
-	g.Expect(e.hub.Delete(e.ctx, b)).To(Succeed())
+	g.Expect(finishBackupJobs(g, e, "m2", ns, true, 100)).To(Equal(1))
+	g.Eventually(dbGone(e, ns, "orders")).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
 	for _, m := range []string{"m1", "m2"} {
-		cleanup := e.waitJob(g, m, ns, fleetv1alpha1.LabelBackupID, id, "-bkrm-")
-		c := cleanup.Spec.Template.Spec.Containers[0]
-		g.Expect(c.Command[2]).To(ContainSubstring(`rm -rf -- "$dir"`))
-		g.Expect(c.Env).To(ContainElement(corev1.EnvVar{Name: "BACKUP_ID", Value: id}), "it removes exactly this backup")
-		for _, env := range c.Env {
-			g.Expect(env.ValueFrom).To(BeNil(), "the cleanup Job gets no credential (%s)", env.Name)
-		}
-		g.Expect(cleanup.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("PersistentVolumeClaim.ClaimName", "orders-backups")))
-		// The DatabaseBackup waits for the cleanup.
-		g.Expect(e.hub.Get(e.ctx, client.ObjectKeyFromObject(b), &fleetv1alpha1.DatabaseBackup{})).To(Succeed())
-		e.finishJob(g, m, cleanup, true)
-	}
-	e.waitBackupGone(g, ns, "weekly")
-	for _, m := range []string{"m1", "m2"} {
+		backupClaimKept(g, e, m, ns, "orders")
 		g.Eventually(func(g Gomega) {
-			g.Expect(e.jobsWith(g, m, ns, fleetv1alpha1.LabelBackupID, id)).To(BeEmpty(), "the backup's Jobs are removed from %s", m)
+			g.Expect(backupJobs(g, e, m, ns)).To(BeEmpty(), "the hub deletes the Job once recorded")
 		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-		var pvc corev1.PersistentVolumeClaim
-		g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "orders-backups"}, &pvc)).To(Succeed(), "the backup volume stays")
-	}
-
-	// Retain: no cleanup Job; the object goes, the backup's Jobs too.
-	b = e.runBackup(g, newBackup(ns, "keep", "orders", fleetv1alpha1.BackupDeletionRetain), "m1", "m2")
-	id = backupIDOf(g, e, "m1", ns, b)
-	g.Expect(e.hub.Delete(e.ctx, b)).To(Succeed())
-	e.waitBackupGone(g, ns, "keep")
-	for _, m := range []string{"m1", "m2"} {
-		g.Eventually(func(g Gomega) {
-			g.Expect(e.jobsWith(g, m, ns, fleetv1alpha1.LabelBackupID, id)).To(BeEmpty())
-		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-		var list batchv1.JobList
-		g.Expect(e.member(m).List(e.ctx, &list, client.InNamespace(ns))).To(Succeed())
-		for _, j := range list.Items {
-			g.Expect(j.Name).NotTo(ContainSubstring("-bkrm-"+strings.TrimPrefix(id, "keep-")), "no cleanup Job with Retain")
-		}
 	}
 }
 
-// backupIDOf is the backup ID of a DatabaseBackup, read from its Job in a member.
-func backupIDOf(g Gomega, e *env, m, ns string, b *fleetv1alpha1.DatabaseBackup) string {
-	for _, j := range e.jobsWith(g, m, ns, fleetv1alpha1.LabelBackupID, "") {
-		if id := j.Labels[fleetv1alpha1.LabelBackupID]; strings.HasPrefix(id, b.Name+"-") {
-			return id
-		}
-	}
-	g.Expect(false).To(BeTrue(), "no backup Job of %s in %s", b.Name, m)
-	return ""
-}
-
-func testRestore(t *testing.T, e *env, ns string) {
+func testFinalBackupFailed(t *testing.T, e *env) {
 	g := NewWithT(t)
-	e.runBackup(g, newBackup(ns, "source", "orders", ""), "m1", "m2")
-	db := backupDB(ns, "copy", "m1", "m2")
-	db.Spec.RestoreFrom = &fleetv1alpha1.RestoreSource{BackupName: "source"}
-	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
-
-	jobs := map[string]*batchv1.Job{}
+	ns := e.namespace("backup-failed")
+	readyThenDelete(t, e, backupDB(ns, "ledger", fleetv1alpha1.FinalBackupRequired, "m1", "m2"), "m1", "m2")
 	for _, m := range []string{"m1", "m2"} {
-		jobs[m] = e.waitJob(g, m, ns, fleetv1alpha1.LabelRestore, "", "copy-restore-")
-		c := jobs[m].Spec.Template.Spec.Containers[0]
-		g.Expect(c.Env).To(ContainElement(corev1.EnvVar{Name: "DB_HOST", Value: "copy-0.copy-hl"}), "pod 0, not the client Service")
-		g.Expect(jobs[m].Spec.Template.Spec.Volumes[0].PersistentVolumeClaim.ClaimName).To(Equal("orders-backups"))
-		g.Expect(jobs[m].OwnerReferences).To(ContainElement(HaveField("Kind", "StatefulSet")), "collected with the workload")
-		e.expectNoClientService(g, m, ns, "copy")
+		g.Eventually(func(g Gomega) { g.Expect(backupJobs(g, e, m, ns)).To(HaveLen(1)) }).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	}
-	g.Eventually(func(g Gomega) {
-		got := e.getDB(ns, "copy")
-		g.Expect(got.Status.Phase).To(Equal(fleetv1alpha1.PhaseProvisioning))
-		g.Expect(clusterEntry(got, "m1")).To(HaveField("Reason", fleetv1alpha1.ReasonRestoring))
-		g.Expect(condition(got.Status.Conditions, fleetv1alpha1.ConditionRestored)).To(HaveField("Status", metav1.ConditionFalse))
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(finishBackupJobs(g, e, "m1", ns, false, 0)).To(Equal(1))
+	g.Expect(finishBackupJobs(g, e, "m2", ns, true, 1)).To(Equal(1))
 
-	e.finishJob(g, "m1", jobs["m1"], true)
-	e.finishJob(g, "m2", jobs["m2"], false)
 	g.Eventually(func(g Gomega) {
-		var svc corev1.Service
-		g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "copy"}, &svc)).To(Succeed(), "the client Service in m1 after its restore")
-		var s corev1.Secret
-		g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "copy-credentials"}, &s)).To(Succeed())
-		g.Expect(s.Annotations).To(HaveKeyWithValue(fleetv1alpha1.AnnotationRestored, "source"), "the durable record")
-		got := e.getDB(ns, "copy")
-		g.Expect(clusterEntry(got, "m1").Phase).To(Equal(fleetv1alpha1.ClusterPhaseReady))
-		m2 := clusterEntry(got, "m2")
-		g.Expect(m2.Phase).To(Equal(fleetv1alpha1.ClusterPhaseProvisioning))
-		g.Expect(m2.Reason).To(Equal(fleetv1alpha1.ReasonRestoreFailed))
-		g.Expect(got.Status.Phase).NotTo(Equal(fleetv1alpha1.PhaseReady))
-		g.Expect(condition(got.Status.Conditions, fleetv1alpha1.ConditionRestored)).To(HaveField("Reason", fleetv1alpha1.ReasonRestoreFailed))
-		g.Expect(got.Status.Restore).To(ContainElement(And(HaveField("Cluster", "m1"), HaveField("Phase", fleetv1alpha1.BackupPhaseSucceeded))))
-		g.Expect(got.Status.Restore).To(ContainElement(And(HaveField("Cluster", "m2"), HaveField("Phase", fleetv1alpha1.BackupPhaseFailed))))
+		got := e.getDB(ns, "ledger")
+		c := condition(got.Status.Conditions, fleetv1alpha1.ConditionFinalBackup)
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonFinalBackupFailed))
+		g.Expect(c.Message).To(ContainSubstring("m1"))
+		rec := finalBackupRecord(got, "m1")
+		g.Expect(rec.Phase).To(Equal(fleetv1alpha1.BackupPhaseFailed))
+		g.Expect(rec.Message).To(ContainSubstring("pg_dump of database oid 16384"))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-	e.expectNoClientService(g, "m2", ns, "copy")
+	g.Eventually(e.eventSeen(ns, fleetv1alpha1.ReasonFinalBackupFailed, "m1")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	// m2 (succeeded) is torn down; m1 keeps everything.
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(e.member("m2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "ledger"}, &appsv1.StatefulSet{}))
+	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	dataLeft(g, e, "m1", ns, "ledger")
+	g.Expect(e.getDB(ns, "ledger").Status.Phase).To(Equal(fleetv1alpha1.PhaseDeleting))
 
-	// The failed restore is retried after a backoff, as a new Job.
-	var retry *batchv1.Job
+	// The hub retries after its backoff with a new attempt (the failed one is kept for its logs).
 	g.Eventually(func(g Gomega) {
-		for _, j := range e.jobsWith(g, "m2", ns, fleetv1alpha1.LabelRestore, "") {
-			if j.Annotations[fleetv1alpha1.AnnotationRestoreAttempt] == "2" {
-				retry = j
-			}
-		}
-		g.Expect(retry).NotTo(BeNil())
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-	e.expectNoClientService(g, "m2", ns, "copy")
-	e.finishJob(g, "m2", retry, true)
-	g.Eventually(func(g Gomega) {
-		got := e.getDB(ns, "copy")
-		g.Expect(got.Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
-		g.Expect(condition(got.Status.Conditions, fleetv1alpha1.ConditionRestored)).To(HaveField("Status", metav1.ConditionTrue))
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+		jobs := backupJobs(g, e, "m1", ns)
+		g.Expect(jobs).To(HaveLen(2))
+		g.Expect([]string{jobs[0].Annotations[fleetv1alpha1.AnnotationBackupAttempt], jobs[1].Annotations[fleetv1alpha1.AnnotationBackupAttempt]}).
+			To(ConsistOf("1", "2"))
+	}).WithTimeout(2 * eventually).WithPolling(poll).Should(Succeed())
+	dataLeft(g, e, "m1", ns, "ledger")
 
-	// A hub restart does not run a finished restore again, even with its
-	// Jobs gone: the member Secret's record says it is done.
-	for _, m := range []string{"m1", "m2"} {
-		for _, j := range e.jobsWith(g, m, ns, fleetv1alpha1.LabelRestore, "") {
-			g.Expect(e.member(m).Delete(e.ctx, j)).To(Succeed())
-		}
-	}
-	e.stopHub()
-	e.startHub(envOptions{})
-	e.waitMemberReady("m1")
-	e.waitMemberReady("m2")
-	e.settle(g)
-	g.Consistently(func(g Gomega) {
-		for _, m := range []string{"m1", "m2"} {
-			g.Expect(e.jobsWith(g, m, ns, fleetv1alpha1.LabelRestore, "")).To(BeEmpty(), "no restore Job in %s after the restart", m)
-			var svc corev1.Service
-			g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "copy"}, &svc)).To(Succeed())
-		}
-		g.Expect(e.getDB(ns, "copy").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
-	}).WithTimeout(2 * memberCallTimeout).WithPolling(poll).Should(Succeed())
+	// The user lets it go without a backup: spec changes on a Database being deleted.
+	got := e.getDB(ns, "ledger")
+	got.Spec.Backup.FinalBackup = fleetv1alpha1.FinalBackupSkip
+	g.Expect(e.hub.Update(e.ctx, got)).To(Succeed())
+	g.Eventually(dbGone(e, ns, "ledger")).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	g.Expect(apierrors.IsNotFound(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "ledger"}, &appsv1.StatefulSet{}))).To(BeTrue())
+	backupClaimKept(g, e, "m1", ns, "ledger")
+	g.Eventually(func(g Gomega) { g.Expect(backupJobs(g, e, "m1", ns)).To(BeEmpty()) }).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
 
-func (e *env) expectNoClientService(g Gomega, m, ns, name string) {
-	err := e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.Service{})
-	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no client Service %s in %s before the restore: %v", name, m, err)
-}
-
-func testRestoreWaits(t *testing.T, e *env, ns string) {
+func testFinalBackupSkip(t *testing.T, e *env) {
 	g := NewWithT(t)
-	db := backupDB(ns, "early", "m1")
-	db.Spec.RestoreFrom = &fleetv1alpha1.RestoreSource{BackupName: "not-yet"}
+	ns := e.namespace("backup-skip")
+	readyThenDelete(t, e, backupDB(ns, "cache", fleetv1alpha1.FinalBackupSkip, "m1", "m2"), "m1", "m2")
+	g.Eventually(dbGone(e, ns, "cache")).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	for _, m := range []string{"m1", "m2"} {
+		g.Expect(backupJobs(g, e, m, ns)).To(BeEmpty(), "no backup Job in %s", m)
+		err := e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: member.BackupClaimName("cache")}, &corev1.PersistentVolumeClaim{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no backup claim in %s", m)
+		g.Expect(apierrors.IsNotFound(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "data-cache-0"}, &corev1.PersistentVolumeClaim{}))).To(BeTrue())
+	}
+}
+
+func testFinalBackupBestEffort(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("backup-besteffort")
+	readyThenDelete(t, e, backupDB(ns, "audit", fleetv1alpha1.FinalBackupBestEffort, "m1"), "m1")
+	g.Eventually(func(g Gomega) { g.Expect(backupJobs(g, e, "m1", ns)).To(HaveLen(1)) }).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	dataLeft(g, e, "m1", ns, "audit")
+	g.Expect(finishBackupJobs(g, e, "m1", ns, false, 0)).To(Equal(1))
+	g.Eventually(dbGone(e, ns, "audit")).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	g.Eventually(e.eventSeen(ns, fleetv1alpha1.ReasonFinalBackupFailed, "m1")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(apierrors.IsNotFound(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "data-audit-0"}, &corev1.PersistentVolumeClaim{}))).To(BeTrue())
+}
+
+func testFinalBackupUnreachable(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("backup-unreachable")
+	db := backupDB(ns, "billing", "", "m1", "m2")
+	db.Spec.Teardown.UnreachableTimeout = &metav1.Duration{Duration: 10 * time.Minute}
 	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		got := e.getDB(ns, "early")
-		g.Expect(clusterEntry(got, "m1")).To(HaveField("Reason", fleetv1alpha1.ReasonWaitingForBackup))
-		g.Expect(condition(got.Status.Conditions, fleetv1alpha1.ConditionRestored)).To(HaveField("Reason", fleetv1alpha1.ReasonWaitingForBackup))
+		g.Expect(e.getDB(ns, "billing").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-	g.Expect(e.jobsWith(g, "m1", ns, fleetv1alpha1.LabelRestore, member.RestoreHash(string(e.getDB(ns, "early").UID)))).To(BeEmpty())
-	e.expectNoClientService(g, "m1", ns, "early")
-
-	// fromCluster naming another member: a backup on a member's volume
-	// cannot be read elsewhere.
-	other := backupDB(ns, "elsewhere", "m1")
-	other.Spec.RestoreFrom = &fleetv1alpha1.RestoreSource{BackupName: "source", FromCluster: "m2"}
-	g.Expect(e.hub.Create(e.ctx, other)).To(Succeed())
+	for _, m := range []string{"m1", "m2"} {
+		g.Expect(e.member(m).Create(e.ctx, pvcFor(e, m, ns, "billing"))).To(Succeed())
+	}
+	e.proxies["m2"].Cut()
+	t.Cleanup(func() { _ = e.proxies["m2"].Restore() })
 	g.Eventually(func(g Gomega) {
-		got := e.getDB(ns, "elsewhere")
-		g.Expect(condition(got.Status.Conditions, fleetv1alpha1.ConditionRestored)).To(HaveField("Reason", fleetv1alpha1.ReasonBackupUnusable))
-		g.Expect(condition(got.Status.Conditions, fleetv1alpha1.ConditionStalled)).To(HaveField("Status", metav1.ConditionTrue))
+		g.Expect(clusterEntry(e.getDB(ns, "billing"), "m2").Phase).To(Equal(fleetv1alpha1.ClusterPhaseUnreachable))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-	e.expectNoClientService(g, "m1", ns, "elsewhere")
-	// Stalled is steady: no status write per pass.
-	rv := e.getDB(ns, "elsewhere").ResourceVersion
-	g.Consistently(func() string { return e.getDB(ns, "elsewhere").ResourceVersion }).
-		WithTimeout(3 * memberCallTimeout / 2).WithPolling(poll).Should(Equal(rv))
+	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "billing"))).To(Succeed())
+
+	g.Eventually(func(g Gomega) { g.Expect(backupJobs(g, e, "m1", ns)).To(HaveLen(1)) }).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(finishBackupJobs(g, e, "m1", ns, true, 7)).To(Equal(1))
+	g.Eventually(func(g Gomega) {
+		got := e.getDB(ns, "billing")
+		g.Expect(finalBackupRecord(got, "m1").Phase).To(Equal(fleetv1alpha1.BackupPhaseSucceeded), "%+v", got.Status.FinalBackups)
+		rec := finalBackupRecord(got, "m2")
+		g.Expect(rec.Phase).To(Equal(fleetv1alpha1.BackupPhasePending))
+		g.Expect(rec.Message).To(ContainSubstring("member unreachable"))
+		g.Expect(condition(got.Status.Conditions, fleetv1alpha1.ConditionFinalBackup).Reason).To(Equal(fleetv1alpha1.ReasonFinalBackupRunning))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+
+	// Back within the timeout: m2 is backed up, then torn down.
+	g.Expect(e.proxies["m2"].Restore()).To(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(backupJobs(g, e, "m2", ns)).To(HaveLen(1)) }).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	dataLeft(g, e, "m2", ns, "billing")
+	g.Expect(finishBackupJobs(g, e, "m2", ns, true, 8)).To(Equal(1))
+	g.Eventually(dbGone(e, ns, "billing")).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	backupClaimKept(g, e, "m2", ns, "billing")
+}
+
+func testFinalBackupUnreachableTimeout(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("backup-gone")
+	db := backupDB(ns, "payroll", "", "m1", "m2")
+	db.Spec.Teardown.UnreachableTimeout = &metav1.Duration{Duration: 3 * time.Second}
+	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getDB(ns, "payroll").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.member("m2").Create(e.ctx, pvcFor(e, "m2", ns, "payroll"))).To(Succeed())
+	e.proxies["m2"].Cut()
+	t.Cleanup(func() { _ = e.proxies["m2"].Restore() })
+	g.Eventually(func(g Gomega) {
+		g.Expect(clusterEntry(e.getDB(ns, "payroll"), "m2").Phase).To(Equal(fleetv1alpha1.ClusterPhaseUnreachable))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "payroll"))).To(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(backupJobs(g, e, "m1", ns)).To(HaveLen(1)) }).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(finishBackupJobs(g, e, "m1", ns, true, 7)).To(Equal(1))
+
+	g.Eventually(dbGone(e, ns, "payroll")).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	g.Eventually(e.eventSeen(ns, "FinalBackupSkipped", "m2")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Eventually(e.eventSeen(ns, "TeardownSkipped", "its data is retained")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+
+	// On reconnect the leftovers are collected as Retain: the workload goes, the data stays.
+	g.Expect(e.proxies["m2"].Restore()).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(e.member("m2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "payroll"}, &appsv1.StatefulSet{}))
+	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	var pvc corev1.PersistentVolumeClaim
+	g.Expect(e.member("m2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "data-payroll-0"}, &pvc)).To(Succeed())
+	g.Expect(pvc.DeletionTimestamp.IsZero()).To(BeTrue(), "the data of a member never backed up is kept")
+	g.Expect(e.member("m2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "payroll-credentials"}, &corev1.Secret{})).To(Succeed())
 }

@@ -189,7 +189,8 @@ func (e *env) getDB(ns, name string) *fleetv1alpha1.Database {
 }
 
 // newDB is a postgres Database on the StatefulSet backend (one instance)
-// placed on the named members.
+// placed on the named members. It takes no final backup (envtest runs no
+// Jobs): the tests about backups (backup_test.go) set spec.backup themselves.
 func newDB(ns, name string, members ...string) *fleetv1alpha1.Database {
 	return &fleetv1alpha1.Database{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -199,6 +200,7 @@ func newDB(ns, name string, members ...string) *fleetv1alpha1.Database {
 			Replicas:  1,
 			Storage:   fleetv1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
 			Placement: fleetv1alpha1.PlacementSpec{ClusterNames: members},
+			Backup:    &fleetv1alpha1.BackupSpec{FinalBackup: fleetv1alpha1.FinalBackupSkip},
 		},
 	}
 }

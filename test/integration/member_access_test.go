@@ -10,12 +10,14 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/member"
 	"github.com/fleetdb/fleetdb/test/fleet"
 )
 
@@ -128,6 +130,32 @@ func TestMemberAccess(t *testing.T) {
 			Labels: map[string]string{fleetv1alpha1.LabelManagedNamespace: fleetv1alpha1.ManagedByValue}}}), "a kube-* namespace")
 		// The policy does not bind anyone else.
 		g.Expect(admin.Create(ctx, configMap("existing", "admin-owned"))).To(Succeed())
+	})
+
+	t.Run("backups: Jobs only where fleetdb manages, and a backup volume claim is never deleted", func(t *testing.T) {
+		g := NewWithT(t)
+		db := &fleetv1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "orders", UID: "u1"},
+			Spec: fleetv1alpha1.DatabaseSpec{Engine: fleetv1alpha1.EnginePostgres, Storage: fleetv1alpha1.StorageSpec{Size: resource.MustParse("1Gi")}}}
+		job, err := member.BackupJob(member.BackupParams{Database: db, Kind: fleetv1alpha1.BackupKindFinal, ID: "b1", Attempt: 1, HubID: "h"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(agent.Create(ctx, job)).To(Succeed(), "a backup Job in a managed namespace")
+		g.Expect(agent.Delete(ctx, job)).To(Succeed())
+		other := db.DeepCopy()
+		other.Namespace = "existing"
+		elsewhere, err := member.BackupJob(member.BackupParams{Database: other, Kind: fleetv1alpha1.BackupKindFinal, ID: "b1", Attempt: 1, HubID: "h"})
+		g.Expect(err).NotTo(HaveOccurred())
+		err = agent.Create(ctx, elsewhere)
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a Job outside the managed namespaces: want Forbidden, got %v", err)
+
+		pvc, err := member.BackupVolumeClaim(db, "h")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(agent.Create(ctx, pvc)).To(Succeed())
+		err = agent.Delete(ctx, pvc)
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting a backup volume claim: want Forbidden, got %v", err)
+		g.Expect(err.Error()).To(ContainSubstring("never deletes a backup volume claim"))
+		data := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "data-orders-0"}, Spec: pvc.Spec}
+		g.Expect(agent.Create(ctx, data)).To(Succeed())
+		g.Expect(agent.Delete(ctx, data)).To(Succeed(), "a data volume claim may still go (deletionPolicy Delete)")
 	})
 }
 

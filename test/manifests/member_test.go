@@ -38,9 +38,6 @@ var resourceVerbs = map[string][]string{
 	"postgresql.cnpg.io/clusters": manage,
 	// Credential rotation Jobs are created and, once done, deleted.
 	"batch/jobs": {"get", "list", "watch", "create", "delete"},
-	// The results of backup Jobs, in their pods' termination messages
-	// (listed by the job-name label; never get, exec or logs).
-	"pods": {"list"},
 }
 
 var manage = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
