@@ -177,8 +177,10 @@ func (r *memberSyncReconciler) finishRestore(ctx context.Context, c client.Clien
 		attempt = restoreAttempt(last) + 1
 	}
 	if !instanceReady(observed) {
+		// The workload's own events wake the sync; the poll (cached reads
+		// only, and only until the restore ran) is the safety net.
 		rep.Phase, rep.Message = fleetv1alpha1.BackupPhasePending, "waiting for the instance to be ready before the restore"
-		return rep, 0, nil // the workload's own events wake the sync
+		return rep, restoreJobPoll, nil
 	}
 	owner, err := r.restoreOwner(ctx, c, db)
 	if err != nil || owner == nil {
