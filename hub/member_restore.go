@@ -25,6 +25,9 @@ import (
 const (
 	restoreJobPoll    = 5 * time.Second
 	restoreBackupPoll = 15 * time.Second
+	// restoreServicePoll: how soon a member that restored looks for the
+	// client Service it just created (until it sees it).
+	restoreServicePoll = time.Second
 )
 
 // restoreReport is what a member sync found about spec.restoreFrom in its
@@ -159,6 +162,9 @@ func (r *memberSyncReconciler) finishRestore(ctx context.Context, c client.Clien
 		return rep, wait.after, err
 	}
 	rep.Location = restoreLocation(db)
+	if rec := src.Record(cluster); rec != nil && rec.Location != "" {
+		rep.Location = truncate(rep.Location + " (" + rec.Location + ")")
+	}
 	rep.Reason, rep.Phase = fleetv1alpha1.ReasonRestoring, fleetv1alpha1.BackupPhaseRunning
 	attempt := 1
 	if n := len(mr.jobs); n > 0 {

@@ -35,6 +35,7 @@ func TestOnDemandBackup(t *testing.T) {
 	t.Run("restoreFrom: the client Service appears only after the member's restore succeeded; a failed restore holds the member", func(t *testing.T) {
 		testRestore(t, e, ns)
 	})
+	t.Run("restoreFrom on the CloudNativePG backend restores through <name>-rw", func(t *testing.T) { testRestoreCNPG(t, e, ns) })
 	t.Run("restoreFrom naming a backup that is not there waits", func(t *testing.T) { testRestoreWaits(t, e, ns) })
 	t.Run("deleting a DatabaseBackup: Delete runs a cleanup Job per member, Retain none", func(t *testing.T) { testBackupDelete(t, e, ns) })
 }
@@ -383,4 +384,27 @@ func testRestoreWaits(t *testing.T, e *env, ns string) {
 	rv := e.getDB(ns, "elsewhere").ResourceVersion
 	g.Consistently(func() string { return e.getDB(ns, "elsewhere").ResourceVersion }).
 		WithTimeout(3 * memberCallTimeout / 2).WithPolling(poll).Should(Equal(rv))
+}
+
+// testRestoreCNPG: on the CloudNativePG backend the restore Job connects to
+// CloudNativePG's "<name>-rw" Service, is owned by the Cluster, and the
+// client Service "<name>" waits for it.
+func testRestoreCNPG(t *testing.T, e *env, ns string) {
+	g := NewWithT(t)
+	db := newCNPGDB(ns, "cnpg-copy", "m1")
+	db.Spec.RestoreFrom = &fleetv1alpha1.RestoreSource{BackupName: "source"}
+	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
+	job := e.waitJob(g, "m1", ns, fleetv1alpha1.LabelRestore, "", "cnpg-copy-restore-")
+	c := job.Spec.Template.Spec.Containers[0]
+	g.Expect(c.Env).To(ContainElement(corev1.EnvVar{Name: "DB_HOST", Value: "cnpg-copy-rw"}))
+	g.Expect(job.OwnerReferences).To(ContainElement(HaveField("Kind", "Cluster")))
+	e.expectNoClientService(g, "m1", ns, "cnpg-copy")
+	e.finishJob(g, "m1", job, true)
+	g.Eventually(func(g Gomega) {
+		got := e.getDB(ns, "cnpg-copy")
+		g.Expect(got.Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+		g.Expect(condition(got.Status.Conditions, fleetv1alpha1.ConditionRestored)).To(HaveField("Status", metav1.ConditionTrue))
+		g.Expect(got.Status.Restore).To(ConsistOf(HaveField("Location", ContainSubstring("orders-backups"))))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "cnpg-copy"}, &corev1.Service{})).To(Succeed())
 }
