@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -45,6 +46,8 @@ type restoreReport struct {
 	Location string
 	// Started and Finished are Unix seconds (0: unknown).
 	Started, Finished int64
+	// UID is the Database's the report is about.
+	UID types.UID
 }
 
 // memberRestore is what a member sync knows about the restore in its member
@@ -76,7 +79,7 @@ func (r *memberSyncReconciler) prepareRestore(ctx context.Context, c client.Clie
 	if db.Spec.RestoreFrom == nil {
 		return &memberRestore{}, nil
 	}
-	mr := &memberRestore{active: true, marker: restoreMarker(db), report: restoreReport{Active: true, Phase: fleetv1alpha1.BackupPhasePending}}
+	mr := &memberRestore{active: true, marker: restoreMarker(db), report: restoreReport{Active: true, Phase: fleetv1alpha1.BackupPhasePending, UID: db.UID}}
 	done := func(msg string) (*memberRestore, error) {
 		mr.done = true
 		mr.report.Phase, mr.report.Reason, mr.report.Message = fleetv1alpha1.BackupPhaseSucceeded, "", msg
@@ -89,6 +92,14 @@ func (r *memberSyncReconciler) prepareRestore(ctx context.Context, c client.Clie
 			return done(rec.Message)
 		}
 	}
+	// The report this hub made when it saw the restore succeed, until the
+	// status has it: the same report, so the status does not flap.
+	if prev := r.state.resultsFor(client.ObjectKeyFromObject(db))[cluster]; prev != nil && prev.Restore.Phase == fleetv1alpha1.BackupPhaseSucceeded &&
+		prev.Restore.UID == db.UID {
+		mr.report = prev.Restore
+		return done(prev.Restore.Message)
+	}
+	mr.report.Location = r.restoreLocationFor(ctx, db, cluster)
 	var s corev1.Secret
 	switch err := c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: credentialsName(db)}, &s); {
 	case err == nil && s.Annotations[fleetv1alpha1.AnnotationRestored] != "":
@@ -113,7 +124,6 @@ func (r *memberSyncReconciler) prepareRestore(ctx context.Context, c client.Clie
 		if t := jobs[n-1].Status.CompletionTime; t != nil {
 			mr.report.Finished = t.Unix()
 		}
-		mr.report.Location = restoreLocation(db)
 		return done("restored by Job " + jobs[n-1].Name)
 	}
 	return mr, nil
@@ -160,10 +170,6 @@ func (r *memberSyncReconciler) finishRestore(ctx context.Context, c client.Clien
 	if err != nil || src == nil {
 		rep.Reason, rep.Message = wait.reason, wait.message
 		return rep, wait.after, err
-	}
-	rep.Location = restoreLocation(db)
-	if rec := src.Record(cluster); rec != nil && rec.Location != "" {
-		rep.Location = truncate(rep.Location + " (" + rec.Location + ")")
 	}
 	rep.Reason, rep.Phase = fleetv1alpha1.ReasonRestoring, fleetv1alpha1.BackupPhaseRunning
 	attempt := 1
@@ -249,9 +255,18 @@ func (r *memberSyncReconciler) restoreSource(ctx context.Context, db *fleetv1alp
 		message: "waiting for DatabaseBackup " + b.Name + " to succeed in this member", after: restoreBackupPoll}, nil
 }
 
-// restoreLocation names the backup a member restores (see backupLocation).
-func restoreLocation(db *fleetv1alpha1.Database) string {
-	return "DatabaseBackup " + db.Spec.RestoreFrom.BackupName
+// restoreLocationFor names the backup a member restores: the
+// DatabaseBackup and, when it has it, the location of its backup in the
+// member (a hub cache read).
+func (r *memberSyncReconciler) restoreLocationFor(ctx context.Context, db *fleetv1alpha1.Database, cluster string) string {
+	loc := "DatabaseBackup " + db.Spec.RestoreFrom.BackupName
+	b := &fleetv1alpha1.DatabaseBackup{}
+	if err := r.hub.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Spec.RestoreFrom.BackupName}, b); err == nil {
+		if rec := b.Record(cluster); rec != nil && rec.Location != "" {
+			loc += " (" + rec.Location + ")"
+		}
+	}
+	return truncate(loc)
 }
 
 // instanceReady: every instance of the member's workload is ready (the
