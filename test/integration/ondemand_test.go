@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,6 +34,9 @@ func TestOnDemandBackup(t *testing.T) {
 	t.Run("a DatabaseBackup runs a Job in every member and reports each", func(t *testing.T) { testBackupFanOut(t, e, ns) })
 	t.Run("clusterNames limits the members; a named member that is not placed is Skipped", func(t *testing.T) { testBackupSubset(t, e, ns) })
 	t.Run("a DatabaseBackup of a missing Database stalls", func(t *testing.T) { testBackupNoDatabase(t, e, ns) })
+	t.Run("an unreachable member waits with a message; deleting past the unreachable timeout gives it up with an Event", func(t *testing.T) {
+		testBackupUnreachable(t, e, ns)
+	})
 	t.Run("restoreFrom: the client Service appears only after the member's restore succeeded; a failed restore holds the member", func(t *testing.T) {
 		testRestore(t, e, ns)
 	})
@@ -407,4 +412,56 @@ func testRestoreCNPG(t *testing.T, e *env, ns string) {
 		g.Expect(got.Status.Restore).To(ConsistOf(HaveField("Location", ContainSubstring("orders-backups"))))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "cnpg-copy"}, &corev1.Service{})).To(Succeed())
+}
+
+// testBackupUnreachable: a member cut off keeps its record Pending with a
+// message (no error storm), the other member's backup runs; when it comes
+// back its backup runs too. Deleting a backup while a member is cut off
+// waits for the Database's unreachableTimeout, then lets the object go with
+// a CleanupSkipped Event naming what was left there.
+func testBackupUnreachable(t *testing.T, e *env, ns string) {
+	g := NewWithT(t)
+	db := newDB(ns, "brief", "m1", "m2")
+	db.Spec.Teardown.UnreachableTimeout = &metav1.Duration{Duration: 3 * time.Second}
+	e.createReady(g, db)
+
+	b := newBackup(ns, "while-away", "brief", "")
+	e.cutAndRestore(g, "m1", func() {
+		g.Expect(e.hub.Create(e.ctx, b)).To(Succeed())
+		job := e.waitJob(g, "m2", ns, fleetv1alpha1.LabelBackupID, "while-away-", "-bk-")
+		e.finishWithResult(g, "m2", job, true, backupResult(ns, "brief", job.Labels[fleetv1alpha1.LabelBackupID], 10))
+		g.Eventually(func(g Gomega) {
+			got := e.getBackup(g, ns, "while-away")
+			g.Expect(got.Record("m2").Phase).To(Equal(fleetv1alpha1.BackupPhaseSucceeded))
+			g.Expect(got.Record("m1").Phase).To(Equal(fleetv1alpha1.BackupPhasePending))
+			g.Expect(got.Record("m1").Message).To(ContainSubstring("unreachable"))
+			g.Expect(got.Status.Phase).To(Equal(fleetv1alpha1.BackupPhasePending))
+		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	})
+	job := e.waitJob(g, "m1", ns, fleetv1alpha1.LabelBackupID, "while-away-", "-bk-")
+	e.finishWithResult(g, "m1", job, true, backupResult(ns, "brief", job.Labels[fleetv1alpha1.LabelBackupID], 11))
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getBackup(g, ns, "while-away").Status.Phase).To(Equal(fleetv1alpha1.BackupPhaseSucceeded))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+
+	// Deleted while m1 is cut off: m2 is cleaned, m1 given up on after the timeout.
+	e.cutAndRestore(g, "m1", func() {
+		g.Expect(e.hub.Delete(e.ctx, e.getBackup(g, ns, "while-away"))).To(Succeed())
+		cleanup := e.waitJob(g, "m2", ns, fleetv1alpha1.LabelBackupID, "while-away-", "-bkrm-")
+		e.finishJob(g, "m2", cleanup, true)
+		e.waitBackupGone(g, ns, "while-away")
+		g.Eventually(func(g Gomega) {
+			var list eventsv1.EventList
+			g.Expect(e.hub.List(e.ctx, &list, client.InNamespace(ns))).To(Succeed())
+			found := false
+			for _, ev := range list.Items {
+				if ev.Reason == "CleanupSkipped" && ev.Regarding.Name == "while-away" {
+					g.Expect(ev.Note).To(ContainSubstring("member m1"))
+					g.Expect(ev.Note).To(ContainSubstring("brief-backups"))
+					found = true
+				}
+			}
+			g.Expect(found).To(BeTrue(), "a CleanupSkipped Event")
+		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	})
 }
