@@ -31,6 +31,8 @@ func TestFinalBackup(t *testing.T) {
 	t.Run("BestEffort records a failure and goes on", func(t *testing.T) { testFinalBackupBestEffort(t, e) })
 	t.Run("an unreachable member within unreachableTimeout waits, then is backed up", func(t *testing.T) { testFinalBackupUnreachable(t, e) })
 	t.Run("a member unreachable past the timeout: Skipped, its data retained", func(t *testing.T) { testFinalBackupUnreachableTimeout(t, e) })
+	t.Run("a member dropped from placement with onPlacementRemoval Delete is backed up first", func(t *testing.T) { testFinalBackupPlacementRemoval(t, e) })
+	t.Run("a member that never ran the Database has nothing to back up", func(t *testing.T) { testFinalBackupNothingThere(t, e) })
 }
 
 // backupDB is a Database whose deletion takes final backups by policy ("" : the default).
@@ -352,4 +354,53 @@ func testFinalBackupUnreachableTimeout(t *testing.T, e *env) {
 	g.Expect(e.member("m2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "data-payroll-0"}, &pvc)).To(Succeed())
 	g.Expect(pvc.DeletionTimestamp.IsZero()).To(BeTrue(), "the data of a member never backed up is kept")
 	g.Expect(e.member("m2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "payroll-credentials"}, &corev1.Secret{})).To(Succeed())
+}
+
+func testFinalBackupPlacementRemoval(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("backup-dropped")
+	db := backupDB(ns, "stock", "", "m1", "m2")
+	db.Spec.Teardown.OnPlacementRemoval = fleetv1alpha1.PlacementRemovalDelete
+	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getDB(ns, "stock").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.member("m2").Create(e.ctx, pvcFor(e, "m2", ns, "stock"))).To(Succeed())
+
+	cur := e.getDB(ns, "stock")
+	cur.Spec.Placement.ClusterNames = []string{"m1"}
+	g.Expect(e.hub.Update(e.ctx, cur)).To(Succeed())
+	gen := e.getDB(ns, "stock").Generation
+	g.Eventually(func(g Gomega) { g.Expect(backupJobs(g, e, "m2", ns)).To(HaveLen(1)) }).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(backupJobs(g, e, "m1", ns)).To(BeEmpty(), "the member that stays is not backed up")
+	dataLeft(g, e, "m2", ns, "stock")
+
+	g.Expect(finishBackupJobs(g, e, "m2", ns, true, 11)).To(Equal(1))
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(e.member("m2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "data-stock-0"}, &corev1.PersistentVolumeClaim{}))
+	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	got := e.getDB(ns, "stock")
+	rec := finalBackupRecord(got, "m2")
+	g.Expect(rec.Phase).To(Equal(fleetv1alpha1.BackupPhaseSucceeded))
+	g.Expect(rec.BackupID).To(Equal(member.FinalBackupID(string(got.UID)) + fmt.Sprintf("-g%d", gen)))
+	backupClaimKept(g, e, "m2", ns, "stock")
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getDB(ns, "stock").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+		g.Expect(backupJobs(g, e, "m2", ns)).To(BeEmpty())
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+}
+
+func testFinalBackupNothingThere(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("backup-nothing")
+	// CloudNativePG is not installed in these members: BackendMissing, no workload.
+	db := newCNPGDB(ns, "ghost", "m1")
+	db.Spec.Backup = nil
+	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(clusterEntry(e.getDB(ns, "ghost"), "m1").Reason).To(Equal(fleetv1alpha1.ReasonBackendMissing))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "ghost"))).To(Succeed())
+	g.Eventually(dbGone(e, ns, "ghost")).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "a Required backup of nothing must not hold the deletion")
+	g.Expect(backupJobs(g, e, "m1", ns)).To(BeEmpty())
 }
