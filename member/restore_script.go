@@ -46,11 +46,20 @@ for path in "$BACKUP_DIR"/*; do
 done
 `
 
+// restoreEngine refuses a backup of another engine (its manifest says
+// which): the dumps would not be found and nothing would be restored.
+func restoreEngine(engine string) string {
+	return `step="check the backup's engine"
+grep -q '"engine":"` + engine + `"' "$BACKUP_DIR/manifest.json" ||
+  { echo "restore: $BACKUP_DIR is not a backup of ` + engine + `" >&2; exit 4; }
+`
+}
+
 // postgresRestore: the globals (roles without passwords) where the user may
 // create them, then every database dump into the database of its name
 // (created when missing, refused when it holds relations), in one
 // transaction each, owned by the restoring user.
-const postgresRestore = restorePrelude + `export PGHOST="$DB_HOST" PGPORT="$DB_PORT" PGDATABASE=postgres PGCONNECT_TIMEOUT=10
+var postgresRestore = restorePrelude + restoreEngine("postgres") + `export PGHOST="$DB_HOST" PGPORT="$DB_PORT" PGDATABASE=postgres PGCONNECT_TIMEOUT=10
 q() { psql -X -w -Atq -v ON_ERROR_STOP=1 "$@"; }
 step=connect
 q -c 'SELECT 1' >/dev/null
@@ -92,7 +101,7 @@ cat "$RESULT_FILE"
 // mysqlRestore loads databases.sql as root into a server without user
 // databases (or with only what a previous attempt loaded, marked by the
 // database fleetdb_restore).
-const mysqlRestore = restorePrelude + `pw="${ROOT_PASSWORD:-}"
+var mysqlRestore = restorePrelude + restoreEngine("mysql") + `pw="${ROOT_PASSWORD:-}"
 [ -n "$pw" ] || pw="$APP_PASSWORD"
 case "$pw" in ''|*[!A-Za-z0-9_-]*) echo "restore: the password is empty or has characters other than A-Z a-z 0-9 _ -" >&2; exit 2;; esac
 printf '[client]\nuser=root\npassword="%s"\nhost=%s\nport=%s\n' "$pw" "$DB_HOST" "$DB_PORT" >"$tmpd/client.cnf"

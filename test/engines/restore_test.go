@@ -181,6 +181,12 @@ CREATE DATABASE audit; CREATE TABLE audit.log (at int, what text); INSERT INTO a
 CREATE VIEW shop.big AS SELECT customer FROM shop.orders WHERE total > 50`)
 	dir := onDemandBackup(t, fleetv1alpha1.EngineMySQL, fleetv1alpha1.BackendStatefulSet, src.port)
 
+	// A postgres restore of a mysql backup is refused before it connects.
+	pg := restoreContainer(t, fleetv1alpha1.EnginePostgres, fleetv1alpha1.BackendStatefulSet)
+	if out, msg, err := runRestore(t, pg, 1, dir); err == nil || !strings.Contains(out, "is not a backup of postgres") || !strings.Contains(msg, "engine") {
+		t.Fatalf("a backup of another engine: want refused, got %v\n%s", err, out)
+	}
+
 	dst := startMariaDB(t)
 	c := restoreContainer(t, fleetv1alpha1.EngineMySQL, fleetv1alpha1.BackendStatefulSet)
 	if host := envValue(c, "DB_HOST"); host != "orders-copy-0.orders-copy-hl" {
