@@ -34,6 +34,7 @@ func TestOnDemandBackup(t *testing.T) {
 	t.Run("a DatabaseBackup runs a Job in every member and reports each", func(t *testing.T) { testBackupFanOut(t, e, ns) })
 	t.Run("clusterNames limits the members; a named member that is not placed is Skipped", func(t *testing.T) { testBackupSubset(t, e, ns) })
 	t.Run("a DatabaseBackup of a missing Database stalls", func(t *testing.T) { testBackupNoDatabase(t, e, ns) })
+	t.Run("a hub restarted while a backup Job runs records it and runs no second one", func(t *testing.T) { testBackupHubRestart(t, e, ns) })
 	t.Run("an unreachable member waits with a message; deleting past the unreachable timeout gives it up with an Event", func(t *testing.T) {
 		testBackupUnreachable(t, e, ns)
 	})
@@ -464,4 +465,26 @@ func testBackupUnreachable(t *testing.T, e *env, ns string) {
 			g.Expect(found).To(BeTrue(), "a CleanupSkipped Event")
 		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	})
+}
+
+// testBackupHubRestart: a hub restarted while a member's backup Job runs
+// finds that Job again (its name comes from the DatabaseBackup's UID), runs
+// no second one, and records its result.
+func testBackupHubRestart(t *testing.T, e *env, ns string) {
+	g := NewWithT(t)
+	g.Expect(e.hub.Create(e.ctx, newBackup(ns, "across-restart", "orders", "", "m1"))).To(Succeed())
+	job := e.waitJob(g, "m1", ns, fleetv1alpha1.LabelBackupID, "across-restart-", "-bk-")
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getBackup(g, ns, "across-restart").Record("m1")).To(HaveField("Phase", fleetv1alpha1.BackupPhaseRunning))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	e.stopHub()
+	e.finishWithResult(g, "m1", job, true, backupResult(ns, "orders", job.Labels[fleetv1alpha1.LabelBackupID], 77))
+	e.startHub(envOptions{})
+	e.waitMemberReady("m1")
+	g.Eventually(func(g Gomega) {
+		rec := e.getBackup(g, ns, "across-restart").Record("m1")
+		g.Expect(rec.Phase).To(Equal(fleetv1alpha1.BackupPhaseSucceeded))
+		g.Expect(rec.SizeBytes).To(HaveValue(BeEquivalentTo(77)))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.jobsWith(g, "m1", ns, fleetv1alpha1.LabelBackupID, job.Labels[fleetv1alpha1.LabelBackupID])).To(HaveLen(1), "no second backup Job")
 }
