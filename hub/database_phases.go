@@ -109,6 +109,7 @@ func (r *databaseReconciler) reconcileStatus(_ context.Context, s *databaseScope
 	if s.topologyPass != nil {
 		s.topologyPass.apply(&st)
 	}
+	applyRestoreStatus(&st, s.db, s.results, s.placement.Targets)
 	r.memberEvents(s.db, st)
 	s.status = &st
 	return ctrl.Result{}, nil

@@ -140,13 +140,17 @@ func (r *memberSyncReconciler) syncWorkload(ctx context.Context, c client.Client
 	if err != nil {
 		return r.stepFailed(key, cluster, errReasonObserve, err)
 	}
+	rest, err := r.prepareRestore(ctx, c, live, db, cluster)
+	if err != nil {
+		return r.stepFailed(key, cluster, errReasonObserve, err)
+	}
 	outcome := outcomeObserved
 	var applied member.ApplyResult
 	wrote := false
 	// A PrimaryStandby Database's members are written once the hub stored
 	// which one is primary (topologyDecided).
 	if role == roleApply && db.Generation == p.generation && topologyDecided(db) {
-		res, err := r.apply(ctx, live, c, cluster, db, p, rot.creds)
+		res, err := r.apply(ctx, live, c, cluster, db, p, rot.creds, rest)
 		if err != nil {
 			out := r.applyFailed(key, cluster, err)
 			out.applied = res
@@ -165,7 +169,30 @@ func (r *memberSyncReconciler) syncWorkload(ctx context.Context, c client.Client
 	if out.err == nil && out.result != nil {
 		out.result.Rotation = report
 		out.requeue = minPositive(out.requeue, requeue)
+		return r.restoreStep(ctx, c, key, cluster, db, rest, out)
 	}
+	return out
+}
+
+// restoreStep runs the member's part of spec.restoreFrom after the
+// observation and puts its report on the result.
+func (r *memberSyncReconciler) restoreStep(ctx context.Context, c client.Client, key types.NamespacedName, cluster string,
+	db *fleetv1alpha1.Database, rest *memberRestore, out syncOutcome) syncOutcome {
+	rep, after, err := r.finishRestore(ctx, c, db, cluster, rest, out.result.Status)
+	if err != nil {
+		failed := r.stepFailed(key, cluster, errReasonApply, err)
+		failed.applied = out.applied
+		return failed
+	}
+	out.result.Restore = rep
+	applyRestore(&out.result.Status, rep)
+	if rest.active && rest.done && out.result.Status.Endpoint == "" {
+		// The apply that put the client Service back observed the member
+		// before its cache had it, and no workload event follows (the
+		// instances were ready already): look again shortly.
+		after = minPositive(after, restoreServicePoll)
+	}
+	out.requeue = minPositive(out.requeue, after)
 	return out
 }
 
@@ -268,7 +295,7 @@ func (r *memberSyncReconciler) observe(ctx context.Context, c client.Client, key
 // carry the plan's traceparent, the change's (see publish). creds, when not
 // nil, replace the plan's credentials (a member that switched in a rotation).
 func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c client.Client, cluster string, db *fleetv1alpha1.Database, p *plan,
-	creds map[string][]byte) (member.ApplyResult, error) {
+	creds map[string][]byte, rest *memberRestore) (member.ApplyResult, error) {
 	if creds == nil {
 		creds = p.credentials
 	}
@@ -302,6 +329,7 @@ func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c 
 	if err != nil {
 		return member.ApplyResult{}, fmt.Errorf("rendering: %w", err)
 	}
+	objs = restoreObjects(objs, db, rest)
 	member.StampHub(objs, r.opts.HubID)
 	res, err := member.Apply(ctx, cluster, c, live, objs, r.memo)
 	telemetry.CountRestored(cluster, res.Restored)

@@ -26,7 +26,8 @@ import (
 )
 
 // Setup registers fleetdb's controllers with the manager: the Database
-// controller, the member sync controller and the member-sweep controller.
+// controller, the member sync controller, the member-sweep controller and
+// the DatabaseBackup controller.
 // The registry reaches all three as a source of requests.
 func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provider, opts Options) error {
 	opts = opts.withDefaults()
@@ -46,6 +47,9 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 	}
 	if err := w.sweepController(); err != nil {
 		return fmt.Errorf("member sweep controller: %w", err)
+	}
+	if err := w.backupController(); err != nil {
+		return fmt.Errorf("database backup controller: %w", err)
 	}
 	telemetry.FleetGauges.Use(&fleetSource{hub: local.GetClient(), state: w.state, provider: provider})
 	return nil

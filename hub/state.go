@@ -120,6 +120,8 @@ type memberResult struct {
 	Unreachable bool
 	// Rotation is what the member sync found about a credential rotation.
 	Rotation rotationReport
+	// Restore is what the member sync found about spec.restoreFrom.
+	Restore restoreReport
 	// FinalBackup is the member's final backup before its teardown (nil: none).
 	FinalBackup *fleetv1alpha1.BackupRecord
 	// Replication is what the member's CloudNativePG Cluster says about its
@@ -143,7 +145,7 @@ func (r *memberResult) sameAs(o *memberResult) bool {
 	a, b := r.Status, o.Status
 	a.LastSyncTime, b.LastSyncTime = nil, nil
 	return a == b && r.HasWorkload == o.HasWorkload && r.TornDown == o.TornDown && r.Unreachable == o.Unreachable &&
-		r.Rotation == o.Rotation && apiequality.Semantic.DeepEqual(r.FinalBackup, o.FinalBackup) &&
+		r.Rotation == o.Rotation && r.Restore == o.Restore && apiequality.Semantic.DeepEqual(r.FinalBackup, o.FinalBackup) &&
 		sameReplication(r.Replication, o.Replication)
 }
 

@@ -229,3 +229,34 @@ const (
 	BackupPhaseFailed    = "Failed"
 	BackupPhaseSkipped   = "Skipped"
 )
+
+// BackupPhasePartiallyFailed (a DatabaseBackup's status.phase, beside the
+// record phases Pending, Running, Succeeded and Failed): some members'
+// backups succeeded, others failed.
+const BackupPhasePartiallyFailed = "PartiallyFailed"
+
+// DatabaseBackup deletion policies (spec.deletionPolicy).
+const (
+	BackupDeletionDelete = "Delete"
+	BackupDeletionRetain = "Retain"
+)
+
+// Finished reports a DatabaseBackup whose every member record is final: a
+// finished DatabaseBackup is never acted on again (but for its deletion).
+func (b *DatabaseBackup) Finished() bool {
+	switch b.Status.Phase {
+	case BackupPhaseSucceeded, BackupPhasePartiallyFailed, BackupPhaseFailed:
+		return b.Status.ObservedGeneration == b.Generation
+	}
+	return false
+}
+
+// Record is the status record of cluster, nil when there is none.
+func (b *DatabaseBackup) Record(cluster string) *BackupRecord {
+	for i := range b.Status.Clusters {
+		if b.Status.Clusters[i].Cluster == cluster {
+			return &b.Status.Clusters[i]
+		}
+	}
+	return nil
+}

@@ -97,6 +97,22 @@ const (
 	// a real backup fail or succeed.
 	LabelTestFailBackup = "fleetdb.io/test-fail-backup"
 
+	// BackupFinalizer is added to a DatabaseBackup before its first Job is
+	// created and removed once its files are removed from every member
+	// (deletionPolicy Delete), or left there (Retain), or the members that
+	// stayed unreachable were given up on.
+	BackupFinalizer = "fleetdb.io/backup-cleanup"
+	// LabelRestore names, on a member restore Job, a hash of the restoring
+	// Database's UID.
+	LabelRestore = "fleetdb.io/restore"
+	// AnnotationRestoreAttempt numbers the attempts of a member restore Job (1, 2, ...).
+	AnnotationRestoreAttempt = "fleetdb.io/restore-attempt"
+	// AnnotationRestored on a member's credentials Secret records that the
+	// member restored spec.restoreFrom (value: the DatabaseBackup's name and
+	// the member whose backup it restored). A member that carries it never
+	// runs a restore again: its database may have taken traffic.
+	AnnotationRestored = "fleetdb.io/restored"
+
 	// FieldManager is the server-side apply field manager of every fleetdb write.
 	FieldManager = "fleetdb"
 )
@@ -297,6 +313,45 @@ const (
 	ReasonSwitchoverSucceeded = "SwitchoverSucceeded"
 	// ReasonSwitchoverStarted (Event): a switchover or forced promotion began.
 	ReasonSwitchoverStarted = "SwitchoverStarted"
+
+	// DatabaseBackup reasons (conditions Ready and Stalled).
+
+	// ReasonBackupSucceeded: every member's backup succeeded.
+	ReasonBackupSucceeded = "BackupSucceeded"
+	// ReasonBackupRunning: backups are pending or running in members.
+	ReasonBackupRunning = "BackupRunning"
+	// ReasonBackupFailed: every member's backup failed (or none could run).
+	ReasonBackupFailed = "BackupFailed"
+	// ReasonBackupPartiallyFailed: some members' backups failed, others succeeded.
+	ReasonBackupPartiallyFailed = "PartiallyFailed"
+	// ReasonDatabaseNotFound: the DatabaseBackup names a Database that does
+	// not exist; it waits for one to be created.
+	ReasonDatabaseNotFound = "DatabaseNotFound"
+	// ReasonDatabaseDeleting: the Database was being deleted before the
+	// backup could run in a member.
+	ReasonDatabaseDeleting = "DatabaseDeleting"
+	// ReasonNoMembers: none of the members to back up is placed.
+	ReasonNoMembers = "NoMembers"
+
+	// Restore reasons (spec.restoreFrom; condition Restored and the
+	// reason of a member's status.clusters entry).
+
+	// ReasonRestoring: a member's restore Job runs (or waits for the
+	// workload); the member's client Service is withheld meanwhile.
+	ReasonRestoring = "Restoring"
+	// ReasonRestoreFailed: a member's restore Job failed; it is retried with
+	// backoff, and the member stays Provisioning without its client Service.
+	ReasonRestoreFailed = "RestoreFailed"
+	// ReasonWaitingForBackup: the DatabaseBackup named in spec.restoreFrom
+	// does not exist or has not succeeded in the member yet.
+	ReasonWaitingForBackup = "WaitingForBackup"
+	// ReasonBackupUnusable: the DatabaseBackup failed, or holds no
+	// successful backup for a member (or spec.restoreFrom.fromCluster names
+	// another member: a backup on a member's volume cannot be read in
+	// another member); terminal until the Database is recreated.
+	ReasonBackupUnusable = "BackupUnusable"
+	// ReasonRestored: every member restored the backup.
+	ReasonRestored = "Restored"
 
 	// ReasonDeletionProtected: the Database is being deleted while
 	// spec.deletionProtection is true; the hub tears nothing down until it is

@@ -52,6 +52,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.backend) || (has(self.backend) && self.backend == oldSelf.backend)",message="spec.backend is immutable once set (another backend would start an empty database)"
 // +kubebuilder:validation:XValidation:rule="!has(self.topology) || self.topology.mode != 'PrimaryStandby' || (self.engine == 'postgres' && (!has(self.backend) || self.backend == 'CloudNativePG'))",message="spec.topology: PrimaryStandby needs engine postgres on backend CloudNativePG"
 // +kubebuilder:validation:XValidation:rule="(has(self.topology) ? self.topology.mode : 'Independent') == (has(oldSelf.topology) ? oldSelf.topology.mode : 'Independent')",message="spec.topology.mode is immutable (create a new Database to change it)"
+// +kubebuilder:validation:XValidation:rule="!has(self.restoreFrom) || !has(self.topology) || self.topology.mode != 'PrimaryStandby'",message="spec.restoreFrom is not supported with topology PrimaryStandby yet (standbys copy the primary; restore into an Independent Database)"
 // +kubebuilder:validation:XValidation:rule="has(self.restoreFrom) == has(oldSelf.restoreFrom) && (!has(self.restoreFrom) || self.restoreFrom == oldSelf.restoreFrom)",message="spec.restoreFrom is immutable (it applies when the Database is created)"
 type DatabaseSpec struct {
 	// Engine is the database engine. It cannot be changed after creation.

@@ -36,6 +36,8 @@ func TestTopologyValidation(t *testing.T) {
 		{"PrimaryStandby on the StatefulSet backend", database(t, "t6", `{backend: StatefulSet, topology: {mode: PrimaryStandby, primaryCluster: eu-1}}`),
 			[]string{"PrimaryStandby needs engine postgres on backend CloudNativePG"}},
 		{"unknown mode", database(t, "t7", `{topology: {mode: MultiPrimary}}`), []string{"spec.topology.mode", "Unsupported value"}},
+		{"restoreFrom on PrimaryStandby", database(t, "t9", ps+`topology: {mode: PrimaryStandby, primaryCluster: eu-1}, restoreFrom: {backupName: b1}}`),
+			[]string{"spec.restoreFrom is not supported with topology PrimaryStandby"}},
 		{"stepTimeout too short", database(t, "t8", ps+`topology: {mode: PrimaryStandby, primaryCluster: eu-1, stepTimeout: 1s}}`),
 			[]string{"spec.topology.stepTimeout", "between 10s and 24h"}},
 		{"replication without hostTemplate", memberCluster(t, "r1", `{kubeconfigSecretRef: {name: b}, replication: {port: 5432}}`),

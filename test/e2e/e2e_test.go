@@ -450,6 +450,10 @@ func TestFinalBackup(t *testing.T) {
 	FinalBackupSpec(specContext(t), FinalBackupInput{T: t, Fleet: suite.fleet})
 }
 
+func TestOnDemandBackup(t *testing.T) {
+	OnDemandBackupSpec(specContext(t), OnDemandBackupInput{T: t, Fleet: suite.fleet})
+}
+
 func TestDelete(t *testing.T) {
 	DeleteSpec(specContext(t), DeleteInput{T: t, Fleet: suite.fleet})
 }

@@ -52,6 +52,29 @@ func TestSamples(t *testing.T) {
 		g.Expect(readFile(t, "hack/fleet.sh")).To(ContainSubstring("--replication-host-template"), "the local fleet sets spec.replication")
 	})
 
+	t.Run("databasebackup and restore", func(t *testing.T) {
+		g := NewWithT(t)
+		src, ok := decodeStrict(t, "deploy/samples/database.yaml", splitYAML(readFile(t, "deploy/samples/database.yaml"))[0]).(*fleetv1alpha1.Database)
+		g.Expect(ok).To(BeTrue())
+		docs := splitYAML(readFile(t, "deploy/samples/databasebackup.yaml"))
+		g.Expect(docs).To(HaveLen(1))
+		b, ok := decodeStrict(t, "deploy/samples/databasebackup.yaml", docs[0]).(*fleetv1alpha1.DatabaseBackup)
+		g.Expect(ok).To(BeTrue(), "the sample is a DatabaseBackup")
+		g.Expect(b.Namespace).To(Equal(src.Namespace))
+		g.Expect(b.Spec.DatabaseName).To(Equal(src.Name), "it backs up the sample Database")
+
+		docs = splitYAML(readFile(t, "deploy/samples/database-restore.yaml"))
+		g.Expect(docs).To(HaveLen(1))
+		db, ok := decodeStrict(t, "deploy/samples/database-restore.yaml", docs[0]).(*fleetv1alpha1.Database)
+		g.Expect(ok).To(BeTrue(), "the restore sample is a Database")
+		g.Expect(db.Namespace).To(Equal(src.Namespace))
+		g.Expect(db.Name).NotTo(Equal(src.Name))
+		g.Expect(db.Spec.RestoreFrom).NotTo(BeNil())
+		g.Expect(db.Spec.RestoreFrom.BackupName).To(Equal(b.Name), "it restores the sample DatabaseBackup")
+		g.Expect(db.Spec.Engine).To(Equal(src.Spec.Engine))
+		g.Expect(db.Spec.Placement).To(Equal(src.Spec.Placement), "on the members the backup covers")
+	})
+
 	t.Run("membercluster", func(t *testing.T) {
 		g := NewWithT(t)
 		docs := splitYAML(readFile(t, "deploy/samples/membercluster.yaml"))
