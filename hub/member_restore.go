@@ -3,8 +3,6 @@ package hub
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -295,27 +293,10 @@ func (r *memberSyncReconciler) restoreOwner(ctx context.Context, c client.Client
 
 // restoreJobs lists this hub's restore Jobs of the Database, oldest attempt first.
 func restoreJobs(ctx context.Context, live client.Reader, db *fleetv1alpha1.Database, hubID string) ([]*batchv1.Job, error) {
-	var list batchv1.JobList
-	if err := live.List(ctx, &list, client.InNamespace(db.Namespace), client.MatchingLabels(member.RestoreJobLabels(db))); err != nil {
-		return nil, fmt.Errorf("listing restore jobs: %w", err)
-	}
-	out := make([]*batchv1.Job, 0, len(list.Items))
-	for i := range list.Items {
-		if list.Items[i].DeletionTimestamp == nil && ownJob(&list.Items[i], hubID) {
-			out = append(out, &list.Items[i])
-		}
-	}
-	slices.SortFunc(out, func(a, b *batchv1.Job) int { return restoreAttempt(a) - restoreAttempt(b) })
-	return out, nil
+	return ownJobs(ctx, live, db.Namespace, member.RestoreJobLabels(db), hubID, fleetv1alpha1.AnnotationRestoreAttempt, "restore")
 }
 
-func restoreAttempt(j *batchv1.Job) int {
-	n, err := strconv.Atoi(j.Annotations[fleetv1alpha1.AnnotationRestoreAttempt])
-	if err != nil || n < 1 {
-		return 1
-	}
-	return n
-}
+func restoreAttempt(j *batchv1.Job) int { return attemptOf(j, fleetv1alpha1.AnnotationRestoreAttempt) }
 
 // applyRestore puts the report on the member's status entry: a member that
 // has not restored is Provisioning (never Ready: its client Service does

@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
-	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -195,27 +193,10 @@ func ownJob(j *batchv1.Job, hubID string) bool {
 
 // rotationJobs lists this hub's rotation Jobs of token in the member, oldest attempt first.
 func rotationJobs(ctx context.Context, c client.Reader, db *fleetv1alpha1.Database, token, hubID string) ([]*batchv1.Job, error) {
-	var list batchv1.JobList
-	if err := c.List(ctx, &list, client.InNamespace(db.Namespace), client.MatchingLabels(member.RotationJobLabels(db, token))); err != nil {
-		return nil, fmt.Errorf("listing rotation jobs: %w", err)
-	}
-	out := make([]*batchv1.Job, 0, len(list.Items))
-	for i := range list.Items {
-		if list.Items[i].DeletionTimestamp == nil && ownJob(&list.Items[i], hubID) {
-			out = append(out, &list.Items[i])
-		}
-	}
-	slices.SortFunc(out, func(a, b *batchv1.Job) int { return jobAttempt(a) - jobAttempt(b) })
-	return out, nil
+	return ownJobs(ctx, c, db.Namespace, member.RotationJobLabels(db, token), hubID, fleetv1alpha1.AnnotationRotationAttempt, "rotation")
 }
 
-func jobAttempt(j *batchv1.Job) int {
-	n, err := strconv.Atoi(j.Annotations[fleetv1alpha1.AnnotationRotationAttempt])
-	if err != nil || n < 1 {
-		return 1
-	}
-	return n
-}
+func jobAttempt(j *batchv1.Job) int { return attemptOf(j, fleetv1alpha1.AnnotationRotationAttempt) }
 
 func jobSucceeded(j *batchv1.Job) bool {
 	for _, c := range j.Status.Conditions {
