@@ -72,16 +72,16 @@ func databaseEvents(name multicluster.ClusterName, _ cluster.Cluster) handler.Ty
 }
 
 // memberObjectEvents maps events on member objects of kind gvk to a member
-// sync of their Database. An event that shows exactly what the hub's own last
+// sync of their Database. An update that shows exactly what the hub's own last
 // apply returned brings nothing new and is dropped (the StatefulSet's never
-// are: its status is what the sync observes). With deletesOnly, only
+// are: its status is what the sync observes); a creation never is. With deletesOnly, only
 // deletions count (volume claims: a waiting teardown completes at once).
 func (r *memberSyncReconciler) memberObjectEvents(gvk schema.GroupVersionKind, deletesOnly bool) mchandler.TypedEventHandlerFunc[client.Object, mcreconcile.Request] {
 	skipOwn := gvk.Kind != "StatefulSet" && !deletesOnly
 	return func(name multicluster.ClusterName, _ cluster.Cluster) handler.TypedEventHandler[client.Object, mcreconcile.Request] {
 		clusterName := string(name)
-		enqueue := func(obj client.Object, q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
-			if skipOwn && r.memo.Wrote(clusterName, gvk, obj) {
+		enqueue := func(obj client.Object, own bool, q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
+			if own && r.memo.Wrote(clusterName, gvk, obj) {
 				return
 			}
 			for _, req := range databaseOfMemberObject(context.Background(), obj) {
@@ -91,18 +91,21 @@ func (r *memberSyncReconciler) memberObjectEvents(gvk schema.GroupVersionKind, d
 		}
 		h := handler.TypedFuncs[client.Object, mcreconcile.Request]{
 			DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
-				enqueue(e.Object, q)
+				enqueue(e.Object, skipOwn, q)
 			},
 		}
 		if !deletesOnly {
 			h.CreateFunc = func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
-				enqueue(e.Object, q)
+				// Never dropped: a sync may have observed the member before its
+				// cache had the object it created (a watch that lags, as after a
+				// reconnect), and this is the moment the cache has it.
+				enqueue(e.Object, false, q)
 			}
 			h.UpdateFunc = func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
-				enqueue(e.ObjectNew, q)
+				enqueue(e.ObjectNew, skipOwn, q)
 			}
 			h.GenericFunc = func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
-				enqueue(e.Object, q)
+				enqueue(e.Object, skipOwn, q)
 			}
 		}
 		return h

@@ -223,7 +223,10 @@ func (r *memberSyncReconciler) teardown(ctx context.Context, c client.Client, li
 		out.requeue = fb.requeue
 		return out
 	}
-	done, err := member.Teardown(ctx, c, r.owner(key, p), p.policy, r.memo)
+	// Read live: a cache that lags (a member's watches back off after an
+	// outage) would miss a data claim made meanwhile, and the teardown would
+	// call itself done with the claim left behind.
+	done, err := member.Teardown(ctx, liveReads{Client: c, live: live}, r.owner(key, p), p.policy, r.memo)
 	switch {
 	case isForbidden(err):
 		return r.forbiddenOutcome(key, cluster, errReasonTeardown, err, fleetv1alpha1.ClusterPhaseDeleting)
@@ -375,4 +378,18 @@ func (r *memberSyncReconciler) record(key types.NamespacedName, cluster string, 
 
 func deletingStatus(cluster, msg string) fleetv1alpha1.ClusterStatus {
 	return fleetv1alpha1.ClusterStatus{Name: cluster, Phase: fleetv1alpha1.ClusterPhaseDeleting, Message: truncate(msg)}
+}
+
+// liveReads is a member client whose reads go to the API server, not the cache.
+type liveReads struct {
+	client.Client
+	live client.Reader
+}
+
+func (l liveReads) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	return l.live.Get(ctx, key, obj, opts...)
+}
+
+func (l liveReads) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return l.live.List(ctx, list, opts...)
 }
