@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"unicode/utf8"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -91,4 +92,25 @@ func untrustedBackupJob(cluster string, fb *finalBackupPlan, job *batchv1.Job) f
 	}
 	return finalBackupStep{record: rec, hold: true, requeue: finalBackupRetryBase, jobs: true,
 		waiting: "the final backup is held: " + msg}
+}
+
+// BackupRecord.message holds at most backupMessageMax bytes (the CRD's
+// MaxLength: a longer one fails the whole status write, again at every
+// retry). A failure's cause (backupWhyMax) leaves room for "attempt N
+// failed: ...; attempt N+1 running".
+const (
+	backupMessageMax = 512
+	backupWhyMax     = 400
+)
+
+// clipMessage cuts s to at most n bytes on a rune boundary, marking the cut.
+func clipMessage(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := max(n-len("..."), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }

@@ -176,7 +176,8 @@ func (r *memberSyncReconciler) startFinalBackup(ctx context.Context, c client.Cl
 		Location: member.BackupLocation(fb.db, id), Started: &now, Message: fmt.Sprintf("attempt %d running", attempt)}
 	if failed != nil {
 		rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, failed.Finished
-		rec.Message = failed.Message + fmt.Sprintf("; attempt %d running", attempt)
+		rec.Message = clipMessage(failed.Message, backupMessageMax-len("; attempt  running")-len(strconv.Itoa(attempt))) +
+			fmt.Sprintf("; attempt %d running", attempt)
 	}
 	return finalBackupStep{record: &rec, hold: true, requeue: finalBackupPollMin, jobs: true,
 		waiting: "waiting for the final backup (Job " + job.Name + ")"}, nil
@@ -232,11 +233,11 @@ func (r *memberSyncReconciler) failureWhy(ctx context.Context, live client.Reade
 	dump, upload := r.backupResult(ctx, live, job)
 	switch {
 	case dump != nil && dump.Phase == fleetv1alpha1.BackupPhaseFailed:
-		return truncate(fmt.Sprintf("the backup failed at step %q (exit %d); see the logs of Job %s", dump.Step, dump.ExitCode, job.Name))
+		return clipMessage(fmt.Sprintf("the backup failed at step %q (exit %d); see the logs of Job %s", dump.Step, dump.ExitCode, job.Name), backupWhyMax)
 	case upload != nil && upload.Phase == fleetv1alpha1.BackupPhaseFailed:
 		return "the copy to S3 failed (the backup is on the volume); see the logs of Job " + job.Name
 	}
-	return truncate(jobWhy + " (Job " + job.Name + ")")
+	return clipMessage(jobWhy+" (Job "+job.Name+")", backupWhyMax)
 }
 
 // removeFinalBackupJobs deletes this hub's final backup Jobs of the Database

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,9 @@ func TestFinalBackupHostile(t *testing.T) {
 	t.Run("a forged Succeeded Job at the backup Job's name does not release the teardown", func(t *testing.T) { testForgedBackupJob(t, e) })
 	t.Run("a Succeeded backup Job of an earlier Database of the same name is not this one's backup", func(t *testing.T) { testOtherUIDBackupJob(t, e) })
 	t.Run("a volume claim <name>-backups fleetdb did not make is not used, changed or deleted", func(t *testing.T) { testForeignBackupClaim(t, e) })
+	t.Run("a hostile termination message keeps the record bounded and sane", func(t *testing.T) { testHostileBackupResult(t, e) })
+	t.Run("a member whose writes hang holds the teardown and recovers", func(t *testing.T) { testBackupMemberHangs(t, e) })
+	t.Run("a hub restarted while the backup Job runs follows the same Job", func(t *testing.T) { testBackupHubRestart(t, e) })
 }
 
 // readyDB creates db and waits for Ready; it returns the hub identity the
@@ -180,4 +184,151 @@ func patchFinalBackup(g Gomega, e *env, ns, name string, policy fleetv1alpha1.Fi
 		cur.Spec.Backup.FinalBackup = policy
 		return e.hub.Update(e.ctx, cur)
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+}
+
+// endBackupJob ends the member's one running backup Job as the Job
+// controller would, its pod's backup container having written msg.
+func endBackupJob(g Gomega, e *env, m, ns string, succeed bool, msg string) {
+	jobs := slices.DeleteFunc(backupJobs(g, e, m, ns), func(j batchv1.Job) bool { return jobEnded(&j) })
+	g.Expect(jobs).To(HaveLen(1))
+	job := jobs[0]
+	c := e.member(m)
+	ctrlRef := true
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: job.Name + "-", Labels: job.Spec.Template.Labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: &ctrlRef}}},
+		Spec: *job.Spec.Template.Spec.DeepCopy(),
+	}
+	pod.Labels = map[string]string{batchv1.ControllerUidLabel: string(job.UID)}
+	g.Expect(c.Create(e.ctx, pod)).To(Succeed())
+	now := metav1.Now()
+	code, phase := int32(0), corev1.PodSucceeded
+	if !succeed {
+		code, phase = 1, corev1.PodFailed
+	}
+	pod.Status = corev1.PodStatus{Phase: phase, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: member.BackupContainerName, Image: job.Spec.Template.Spec.Containers[0].Image,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Message: msg, StartedAt: now, FinishedAt: now}},
+	}}}
+	g.Expect(c.Status().Update(e.ctx, pod)).To(Succeed())
+	job.Status.StartTime = &now
+	if succeed {
+		job.Status.Succeeded, job.Status.CompletionTime = 1, &now
+		job.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		}
+	} else {
+		job.Status.Failed = 2
+		job.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", LastTransitionTime: now},
+			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit", LastTransitionTime: now},
+		}
+	}
+	g.Expect(c.Status().Update(e.ctx, &job)).To(Succeed())
+}
+
+func deleteWhenReady(t *testing.T, e *env, ns, name string) string {
+	g := NewWithT(t)
+	_, uid := readyDB(t, e, backupDB(ns, name, "", "m1"), "m1")
+	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, name))).To(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(backupJobs(g, e, "m1", ns)).To(HaveLen(1)) }).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	return uid
+}
+
+func testHostileBackupResult(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("backup-hostile-result")
+	uid := deleteWhenReady(t, e, ns, "orders")
+	// A failure whose step is 4 KiB of text (what the database's content or a
+	// hostile pod could make the script print): the record stays bounded.
+	endBackupJob(g, e, "m1", ns, false, `{"phase":"Failed","exitCode":1,"step":"`+strings.Repeat("x\\n", 1365)+`"}`)
+	g.Eventually(func(g Gomega) {
+		rec := finalBackupRecord(e.getDB(ns, "orders"), "m1")
+		g.Expect(rec.Phase).To(Equal(fleetv1alpha1.BackupPhaseFailed))
+		g.Expect(len(rec.Message)).To(BeNumerically("<=", 1024))
+		c := condition(e.getDB(ns, "orders").Status.Conditions, fleetv1alpha1.ConditionFinalBackup)
+		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonFinalBackupFailed))
+		g.Expect(len(c.Message)).To(BeNumerically("<=", 32768))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	dataLeft(g, e, "m1", ns, "orders")
+
+	// The retry (after the backoff) is recorded: the failure and the
+	// running attempt still fit the record's message.
+	g.Eventually(func(g Gomega) {
+		g.Expect(backupJobs(g, e, "m1", ns)).To(HaveLen(2))
+		rec := finalBackupRecord(e.getDB(ns, "orders"), "m1")
+		g.Expect(rec.Message).To(HaveSuffix("attempt 2 running"))
+		g.Expect(len(rec.Message)).To(BeNumerically("<=", 512))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	dataLeft(g, e, "m1", ns, "orders")
+	// The retry "succeeds" with a result claiming a negative size and
+	// another location and id: the hub records its own id and location, no size.
+	endBackupJob(g, e, "m1", ns, true, `{"phase":"Succeeded","backupID":"../../../etc","location":"/etc/passwd","sizeBytes":-42}`)
+	id := member.FinalBackupID(uid)
+	g.Eventually(dbGone(e, ns, "orders")).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	g.Eventually(func(g Gomega) {
+		ev := finalBackupSucceededEvent(g, e, ns)
+		g.Expect(ev).To(ContainSubstring(id))
+		g.Expect(ev).To(ContainSubstring("size unknown"))
+		g.Expect(ev).NotTo(ContainSubstring("passwd"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+}
+
+func testBackupMemberHangs(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("backup-hang")
+	readyDB(t, e, backupDB(ns, "orders", "", "m1"), "m1")
+	e.writes.Hang("m1", true)
+	defer e.writes.Hang("m1", false)
+	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "orders"))).To(Succeed())
+	// The backup claim's or Job's creation hangs until the member call's deadline: the member says so.
+	g.Eventually(func(g Gomega) {
+		got := e.getDB(ns, "orders")
+		g.Expect(got.DeletionTimestamp.IsZero()).To(BeFalse())
+		g.Expect(clusterEntry(got, "m1").Message).To(ContainSubstring("final backup"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.writes.Hanging()).To(BeNumerically("<=", 2), "no pile of hung writes for one member sync")
+	dataLeft(g, e, "m1", ns, "orders")
+	g.Expect(backupJobs(g, e, "m1", ns)).To(BeEmpty())
+
+	e.writes.Hang("m1", false)
+	g.Eventually(func(g Gomega) { g.Expect(backupJobs(g, e, "m1", ns)).To(HaveLen(1)) }).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	dataLeft(g, e, "m1", ns, "orders")
+	g.Expect(finishBackupJobs(g, e, "m1", ns, true, 5)).To(Equal(1))
+	g.Eventually(dbGone(e, ns, "orders")).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+}
+
+func testBackupHubRestart(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("backup-restart")
+	deleteWhenReady(t, e, ns, "orders")
+	job := backupJobs(g, e, "m1", ns)[0]
+
+	// The hub stops; the Job succeeds meanwhile; another hub starts.
+	e.stopHub()
+	g.Expect(finishBackupJobs(g, e, "m1", ns, true, 321)).To(Equal(1))
+	e.writes.Take()
+	e.startHub(envOptions{})
+	g.Eventually(dbGone(e, ns, "orders")).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	for _, w := range e.writes.Take() {
+		g.Expect(w).NotTo(HavePrefix("m1: POST /apis/batch/v1/namespaces/"+ns+"/jobs"), "no second backup Job")
+	}
+	// The teardown went on after the success the restarted hub read: the Job is gone with the data.
+	g.Eventually(func(g Gomega) { g.Expect(backupJobs(g, e, "m1", ns)).To(BeEmpty()) }).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(finalBackupSucceededEvent(g, e, ns)).To(ContainSubstring("321 bytes"), "the restarted hub read the result of Job %s", job.Name)
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+}
+
+// finalBackupSucceededEvent is the message of the namespace's FinalBackupSucceeded Event.
+func finalBackupSucceededEvent(g Gomega, e *env, ns string) string {
+	var events corev1.EventList
+	g.Expect(e.hub.List(e.ctx, &events, client.InNamespace(ns))).To(Succeed())
+	for _, ev := range events.Items {
+		if ev.Reason == "FinalBackupSucceeded" {
+			return ev.Message
+		}
+	}
+	return ""
 }
