@@ -29,6 +29,7 @@ func TestFinalBackupHostile(t *testing.T) {
 	t.Run("a volume claim <name>-backups fleetdb did not make is not used, changed or deleted", func(t *testing.T) { testForeignBackupClaim(t, e) })
 	t.Run("a hostile termination message keeps the record bounded and sane", func(t *testing.T) { testHostileBackupResult(t, e) })
 	t.Run("a member whose writes hang holds the teardown and recovers", func(t *testing.T) { testBackupMemberHangs(t, e) })
+	t.Run("deletionPolicy Retain with finalBackup Required: no backup, and an Event says why", func(t *testing.T) { testRetainRequired(t, e) })
 	t.Run("a hub restarted while the backup Job runs follows the same Job", func(t *testing.T) { testBackupHubRestart(t, e) })
 }
 
@@ -331,4 +332,28 @@ func finalBackupSucceededEvent(g Gomega, e *env, ns string) string {
 		}
 	}
 	return ""
+}
+
+func testRetainRequired(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("backup-retain")
+	db := backupDB(ns, "orders", fleetv1alpha1.FinalBackupRequired, "m1")
+	db.Spec.DeletionPolicy = fleetv1alpha1.DeletionPolicyRetain
+	readyDB(t, e, db, "m1")
+	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "orders"))).To(Succeed())
+	g.Eventually(dbGone(e, ns, "orders")).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	g.Expect(backupJobs(g, e, "m1", ns)).To(BeEmpty())
+	var pvc corev1.PersistentVolumeClaim
+	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "data-orders-0"}, &pvc)).To(Succeed(), "Retain keeps the data")
+	g.Eventually(func(g Gomega) {
+		var events corev1.EventList
+		g.Expect(e.hub.List(e.ctx, &events, client.InNamespace(ns))).To(Succeed())
+		var msgs []string
+		for _, ev := range events.Items {
+			if ev.Reason == "FinalBackupNotTaken" {
+				msgs = append(msgs, ev.Message)
+			}
+		}
+		g.Expect(msgs).To(ConsistOf(ContainSubstring("deletionPolicy Retain keeps the data")))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
