@@ -37,6 +37,7 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 	s.results = r.state.resultsFor(s.key)
 	pending, requeue := r.settleTeardowns(ctx, s, r.membersReached(s))
 	if len(pending) == 0 {
+		r.noFinalBackupEvent(db)
 		if err := r.dropFinalizer(ctx, db); err != nil {
 			return ctrl.Result{}, err
 		}

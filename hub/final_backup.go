@@ -202,3 +202,18 @@ func (r *databaseReconciler) finalBackupEvents(db *fleetv1alpha1.Database, next 
 		}
 	}
 }
+
+// noFinalBackupEvent: a Database that asked for a final backup
+// (spec.backup.finalBackup Required or BestEffort) but is deleted with a
+// policy that keeps its data (Retain, Orphan) gets none; an Event says so
+// as it goes (its status goes with it).
+func (r *databaseReconciler) noFinalBackupEvent(db *fleetv1alpha1.Database) {
+	policy := teardownPolicy(db)
+	if db.Spec.Backup == nil || db.Spec.Backup.FinalBackup == "" || db.Spec.Backup.FinalBackup == fleetv1alpha1.FinalBackupSkip ||
+		policy == fleetv1alpha1.DeletionPolicyDelete {
+		return
+	}
+	r.recorder.Eventf(db, nil, corev1.EventTypeNormal, "FinalBackupNotTaken", "FinalBackup",
+		"no final backup taken: deletionPolicy %s keeps the data in the members (spec.backup.finalBackup %s applies only where the data is deleted)",
+		policy, db.Spec.Backup.FinalBackup)
+}

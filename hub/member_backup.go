@@ -75,6 +75,11 @@ func (r *memberSyncReconciler) finalBackup(ctx context.Context, c client.Client,
 	if err != nil {
 		return finalBackupStep{}, err
 	}
+	for _, j := range jobs {
+		if !r.trustedBackupJob(j, fb.db, cluster) {
+			return untrustedBackupJob(cluster, fb, j), nil
+		}
+	}
 	if len(jobs) > 0 {
 		return r.followFinalBackup(ctx, c, live, cluster, fb, jobs)
 	}
@@ -150,8 +155,20 @@ func (r *memberSyncReconciler) startFinalBackup(ctx context.Context, c client.Cl
 	if err != nil {
 		return finalBackupStep{}, fmt.Errorf("rendering the final backup job: %w", err)
 	}
-	if err := c.Create(ctx, job, client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
-		return finalBackupStep{}, fmt.Errorf("creating the final backup job: %w", err)
+	// A Job already at that name that is not the hub's (it carries none of
+	// the labels that list the hub's) is not taken for the backup.
+	var cur batchv1.Job
+	switch err := live.Get(ctx, client.ObjectKeyFromObject(job), &cur); {
+	case err == nil:
+		if !r.trustedBackupJob(&cur, fb.db, cluster) {
+			return untrustedBackupJob(cluster, fb, &cur), nil
+		}
+	case !apierrors.IsNotFound(err):
+		return finalBackupStep{}, fmt.Errorf("reading the final backup job: %w", err)
+	default:
+		if err := c.Create(ctx, job, client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil {
+			return finalBackupStep{}, fmt.Errorf("creating the final backup job: %w", err)
+		}
 	}
 	ctrl.LoggerFrom(ctx).Info("started a final backup job", "job", job.Name, "attempt", attempt)
 	now := metav1.Now()
@@ -159,7 +176,8 @@ func (r *memberSyncReconciler) startFinalBackup(ctx context.Context, c client.Cl
 		Location: member.BackupLocation(fb.db, id), Started: &now, Message: fmt.Sprintf("attempt %d running", attempt)}
 	if failed != nil {
 		rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, failed.Finished
-		rec.Message = failed.Message + fmt.Sprintf("; attempt %d running", attempt)
+		rec.Message = clipMessage(failed.Message, backupMessageMax-len("; attempt  running")-len(strconv.Itoa(attempt))) +
+			fmt.Sprintf("; attempt %d running", attempt)
 	}
 	return finalBackupStep{record: &rec, hold: true, requeue: finalBackupPollMin, jobs: true,
 		waiting: "waiting for the final backup (Job " + job.Name + ")"}, nil
@@ -215,11 +233,11 @@ func (r *memberSyncReconciler) failureWhy(ctx context.Context, live client.Reade
 	dump, upload := r.backupResult(ctx, live, job)
 	switch {
 	case dump != nil && dump.Phase == fleetv1alpha1.BackupPhaseFailed:
-		return truncate(fmt.Sprintf("the backup failed at step %q (exit %d); see the logs of Job %s", dump.Step, dump.ExitCode, job.Name))
+		return clipMessage(fmt.Sprintf("the backup failed at step %q (exit %d); see the logs of Job %s", dump.Step, dump.ExitCode, job.Name), backupWhyMax)
 	case upload != nil && upload.Phase == fleetv1alpha1.BackupPhaseFailed:
 		return "the copy to S3 failed (the backup is on the volume); see the logs of Job " + job.Name
 	}
-	return truncate(jobWhy + " (Job " + job.Name + ")")
+	return clipMessage(jobWhy+" (Job "+job.Name+")", backupWhyMax)
 }
 
 // removeFinalBackupJobs deletes this hub's final backup Jobs of the Database
@@ -243,7 +261,8 @@ func deleteJobs(ctx context.Context, c client.Client, jobs []*batchv1.Job) error
 }
 
 // finalBackupJobs lists this hub's final backup Jobs of the Database in the
-// member (every backup id), oldest attempt first.
+// member (every backup id of its UID, named as the hub names them: see
+// thisDatabaseJobs), oldest attempt first.
 func finalBackupJobs(ctx context.Context, live client.Reader, db *fleetv1alpha1.Database, hubID string) ([]*batchv1.Job, error) {
 	sel := member.BackupObjectLabels(db, hubID)
 	sel[fleetv1alpha1.LabelBackupKind] = fleetv1alpha1.BackupKindFinal
@@ -257,6 +276,7 @@ func finalBackupJobs(ctx context.Context, live client.Reader, db *fleetv1alpha1.
 			out = append(out, &list.Items[i])
 		}
 	}
+	out = thisDatabaseJobs(db, out)
 	slices.SortFunc(out, func(a, b *batchv1.Job) int {
 		if d := backupAttempt(a) - backupAttempt(b); d != 0 {
 			return d
