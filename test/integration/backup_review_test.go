@@ -30,7 +30,7 @@ func TestFinalBackupHostile(t *testing.T) {
 	t.Run("a hostile termination message keeps the record bounded and sane", func(t *testing.T) { testHostileBackupResult(t, e) })
 	t.Run("a member whose writes hang holds the teardown and recovers", func(t *testing.T) { testBackupMemberHangs(t, e) })
 	t.Run("deletionPolicy Retain with finalBackup Required: no backup, and an Event says why", func(t *testing.T) { testRetainRequired(t, e) })
-	t.Run("a hub restarted while the backup Job runs follows the same Job", func(t *testing.T) { testBackupHubRestart(t, e) })
+	t.Run("a hub restarted while the backup Job runs follows the same Job", func(t *testing.T) { testFinalBackupHubRestart(t, e) })
 }
 
 // readyDB creates db and waits for Ready; it returns the hub identity the
@@ -300,7 +300,7 @@ func testBackupMemberHangs(t *testing.T, e *env) {
 	g.Eventually(dbGone(e, ns, "orders")).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
 }
 
-func testBackupHubRestart(t *testing.T, e *env) {
+func testFinalBackupHubRestart(t *testing.T, e *env) {
 	g := NewWithT(t)
 	ns := e.namespace("backup-restart")
 	deleteWhenReady(t, e, ns, "orders")
