@@ -3,7 +3,6 @@ package hub
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -266,33 +265,14 @@ func deleteJobs(ctx context.Context, c client.Client, jobs []*batchv1.Job) error
 func finalBackupJobs(ctx context.Context, live client.Reader, db *fleetv1alpha1.Database, hubID string) ([]*batchv1.Job, error) {
 	sel := member.BackupObjectLabels(db, hubID)
 	sel[fleetv1alpha1.LabelBackupKind] = fleetv1alpha1.BackupKindFinal
-	var list batchv1.JobList
-	if err := live.List(ctx, &list, client.InNamespace(db.Namespace), client.MatchingLabels(sel)); err != nil {
-		return nil, fmt.Errorf("listing final backup jobs: %w", err)
+	jobs, err := ownJobs(ctx, live, db.Namespace, sel, hubID, fleetv1alpha1.AnnotationBackupAttempt, "final backup")
+	if err != nil {
+		return nil, err
 	}
-	out := make([]*batchv1.Job, 0, len(list.Items))
-	for i := range list.Items {
-		if list.Items[i].DeletionTimestamp == nil && ownJob(&list.Items[i], hubID) {
-			out = append(out, &list.Items[i])
-		}
-	}
-	out = thisDatabaseJobs(db, out)
-	slices.SortFunc(out, func(a, b *batchv1.Job) int {
-		if d := backupAttempt(a) - backupAttempt(b); d != 0 {
-			return d
-		}
-		return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
-	})
-	return out, nil
+	return thisDatabaseJobs(db, jobs), nil
 }
 
-func backupAttempt(j *batchv1.Job) int {
-	n, err := strconv.Atoi(j.Annotations[fleetv1alpha1.AnnotationBackupAttempt])
-	if err != nil || n < 1 {
-		return 1
-	}
-	return n
-}
+func backupAttempt(j *batchv1.Job) int { return attemptOf(j, fleetv1alpha1.AnnotationBackupAttempt) }
 
 // finalBackupBackoff is the wait after the given failed attempt.
 func finalBackupBackoff(attempt int) time.Duration {

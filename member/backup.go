@@ -197,19 +197,11 @@ func BackupJob(p BackupParams) (*batchv1.Job, error) {
 	if p.Kind != fleetv1alpha1.BackupKindFinal && p.Kind != fleetv1alpha1.BackupKindOnDemand {
 		return nil, fmt.Errorf("backup job %s/%s: unknown kind %q", db.Namespace, db.Name, p.Kind)
 	}
-	eng, err := engineFor(db.Spec.Engine)
-	if err != nil {
-		return nil, fmt.Errorf("backup job %s/%s: %w", db.Namespace, db.Name, err)
-	}
-	script, err := BackupScript(db.Spec.Engine)
+	r, script, err := jobRenderer(db, p.Cluster, p.ImageRepository, "backup job", BackupScript)
 	if err != nil {
 		return nil, err
 	}
-	r := renderer{p: Params{Database: db, Cluster: p.Cluster, ImageRepository: p.ImageRepository}, db: db, eng: eng, eff: effectiveFor(db, p.Cluster)}
-	image := r.image()
-	if db.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG {
-		image = r.cnpgImage()
-	}
+	image := r.clientImage()
 	name := p.JobName
 	if name == "" {
 		name = BackupJobName(db.Name, p.ID, p.Attempt)

@@ -378,3 +378,29 @@ func (r renderer) podDisruptionBudget() *policyv1.PodDisruptionBudget {
 		},
 	}
 }
+
+// jobRenderer is the renderer of a Job that runs db's engine client in
+// cluster (rotation, backup, restore) and the script it runs (from
+// scriptFor), with errors named by what.
+func jobRenderer(db *fleetv1alpha1.Database, cluster, imageRepository, what string,
+	scriptFor func(fleetv1alpha1.Engine) (string, error)) (renderer, string, error) {
+	eng, err := engineFor(db.Spec.Engine)
+	if err != nil {
+		return renderer{}, "", fmt.Errorf("%s %s/%s: %w", what, db.Namespace, db.Name, err)
+	}
+	script, err := scriptFor(db.Spec.Engine)
+	if err != nil {
+		return renderer{}, "", err
+	}
+	r := renderer{p: Params{Database: db, Cluster: cluster, ImageRepository: imageRepository}, db: db, eng: eng, eff: effectiveFor(db, cluster)}
+	return r, script, nil
+}
+
+// clientImage is the image with the engine's client tools: the engine's
+// image, or CloudNativePG's operand image on that backend.
+func (r renderer) clientImage() string {
+	if r.db.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG {
+		return r.cnpgImage()
+	}
+	return r.image()
+}

@@ -92,19 +92,11 @@ func RestoreJob(p RestoreParams) (*batchv1.Job, error) {
 	if p.SourceDatabase == "" || len(p.BackupID) > 63 || !backupIDPattern.MatchString(p.BackupID) {
 		return nil, fmt.Errorf("restore job %s/%s: a source Database and a backup ID of [-a-z0-9] (at most 63) are required", db.Namespace, db.Name)
 	}
-	eng, err := engineFor(db.Spec.Engine)
-	if err != nil {
-		return nil, fmt.Errorf("restore job %s/%s: %w", db.Namespace, db.Name, err)
-	}
-	script, err := RestoreScript(db.Spec.Engine)
+	r, script, err := jobRenderer(db, p.Cluster, p.ImageRepository, "restore job", RestoreScript)
 	if err != nil {
 		return nil, err
 	}
-	r := renderer{p: Params{Database: db, Cluster: p.Cluster, ImageRepository: p.ImageRepository}, db: db, eng: eng, eff: effectiveFor(db, p.Cluster)}
-	image := r.image()
-	if db.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG {
-		image = r.cnpgImage()
-	}
+	image := r.clientImage()
 	labels := maps.Clone(RestoreJobLabels(db))
 	if p.HubID != "" {
 		labels[fleetv1alpha1.LabelHubID] = p.HubID

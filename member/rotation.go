@@ -146,15 +146,10 @@ func RotationJob(p RotationParams) (*batchv1.Job, error) {
 	if db == nil || p.StatefulSet == nil || p.Token == "" || p.Attempt < 1 {
 		return nil, errors.New("rotation job: Database, StatefulSet, token and attempt are required")
 	}
-	eng, err := engineFor(db.Spec.Engine)
+	r, script, err := jobRenderer(db, p.Cluster, p.ImageRepository, "rotation job", RotationScript)
 	if err != nil {
 		return nil, err
 	}
-	script, err := RotationScript(db.Spec.Engine)
-	if err != nil {
-		return nil, err
-	}
-	r := renderer{p: Params{Database: db, Cluster: p.Cluster, ImageRepository: p.ImageRepository}, db: db, eng: eng, eff: effectiveFor(db, p.Cluster)}
 	meta := r.meta(RotationJobName(db.Name, p.Token, p.Attempt))
 	meta.Labels = maps.Clone(Labels(db))
 	meta.Labels[fleetv1alpha1.LabelRotation] = RotationHash(p.Token)
