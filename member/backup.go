@@ -243,13 +243,7 @@ func backupPodSpec(r renderer, p BackupParams, image, script string) corev1.PodS
 		AutomountServiceAccountToken: ptrTo(false),
 		EnableServiceLinks:           ptrTo(false),
 		RestartPolicy:                corev1.RestartPolicyNever,
-		SecurityContext: &corev1.PodSecurityContext{
-			RunAsNonRoot:   ptrTo(true),
-			RunAsUser:      ptrTo(runAsID),
-			RunAsGroup:     ptrTo(runAsID),
-			FSGroup:        ptrTo(runAsID),
-			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
+		SecurityContext:              podSecurityContext(),
 		Volumes: []corev1.Volume{
 			{Name: backupVolume, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
 				ClaimName: BackupClaimName(db.Name),
@@ -294,12 +288,7 @@ func backupContainer(name, image, script string, env []corev1.EnvVar) corev1.Con
 		},
 		TerminationMessagePath:   terminationLog,
 		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-		SecurityContext: &corev1.SecurityContext{
-			RunAsNonRoot:             ptrTo(true),
-			AllowPrivilegeEscalation: ptrTo(false),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
+		SecurityContext:          containerSecurityContext(),
 	}
 }
 

@@ -175,14 +175,32 @@ func (e engine) container(image, secret string, creds map[string][]byte, resourc
 			}},
 			PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 3,
 		},
-		SecurityContext: &corev1.SecurityContext{
-			RunAsNonRoot:             ptrTo(true),
-			AllowPrivilegeEscalation: ptrTo(false),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
+		SecurityContext: containerSecurityContext(),
 	}
 }
 
 // ptrTo returns a pointer to v.
 func ptrTo[T any](v T) *T { return &v }
+
+// podSecurityContext is the pod security context of every fleetdb pod (the
+// database and its Jobs): the images' non-root user, RuntimeDefault seccomp.
+func podSecurityContext() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptrTo(true),
+		RunAsUser:      ptrTo(runAsID),
+		RunAsGroup:     ptrTo(runAsID),
+		FSGroup:        ptrTo(runAsID),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// containerSecurityContext is the security context of every fleetdb
+// container: non-root, no privilege escalation, no capabilities.
+func containerSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsNonRoot:             ptrTo(true),
+		AllowPrivilegeEscalation: ptrTo(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}

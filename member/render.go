@@ -341,13 +341,7 @@ func (r renderer) podSpec(selector map[string]string) corev1.PodSpec {
 		// confuse the images' entrypoints.
 		AutomountServiceAccountToken: ptrTo(false),
 		EnableServiceLinks:           ptrTo(false),
-		SecurityContext: &corev1.PodSecurityContext{
-			RunAsNonRoot:   ptrTo(true),
-			RunAsUser:      ptrTo(runAsID),
-			RunAsGroup:     ptrTo(runAsID),
-			FSGroup:        ptrTo(runAsID),
-			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
+		SecurityContext:              podSecurityContext(),
 		// Spread the instances over nodes where the scheduler can.
 		Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{

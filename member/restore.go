@@ -128,14 +128,8 @@ func restorePodSpec(p RestoreParams, c corev1.Container) corev1.PodSpec {
 		AutomountServiceAccountToken: ptrTo(false),
 		EnableServiceLinks:           ptrTo(false),
 		RestartPolicy:                corev1.RestartPolicyNever,
-		SecurityContext: &corev1.PodSecurityContext{
-			RunAsNonRoot:   ptrTo(true),
-			RunAsUser:      ptrTo(runAsID),
-			RunAsGroup:     ptrTo(runAsID),
-			FSGroup:        ptrTo(runAsID),
-			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
-		Containers: []corev1.Container{c},
+		SecurityContext:              podSecurityContext(),
+		Containers:                   []corev1.Container{c},
 		Volumes: []corev1.Volume{
 			{Name: backupVolume, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
 				ClaimName: BackupClaimName(p.SourceDatabase), ReadOnly: true,
