@@ -24,9 +24,6 @@ import (
 const (
 	restoreJobPoll    = 5 * time.Second
 	restoreBackupPoll = 15 * time.Second
-	// restoreServicePoll: how soon a member that restored looks for the
-	// client Service it just created (until it sees it).
-	restoreServicePoll = time.Second
 )
 
 // restoreReport is what a member sync found about spec.restoreFrom in its

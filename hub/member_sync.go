@@ -186,12 +186,6 @@ func (r *memberSyncReconciler) restoreStep(ctx context.Context, c client.Client,
 	}
 	out.result.Restore = rep
 	applyRestore(&out.result.Status, rep)
-	if rest.active && rest.done && out.result.Status.Endpoint == "" {
-		// The apply that put the client Service back observed the member
-		// before its cache had it, and no workload event follows (the
-		// instances were ready already): look again shortly.
-		after = minPositive(after, restoreServicePoll)
-	}
 	out.requeue = minPositive(out.requeue, after)
 	return out
 }
