@@ -18,6 +18,33 @@ type placementResult struct {
 	Missing []string
 	// Cordoned are named or selected clusters left out because they are unschedulable.
 	Cordoned []string
+	// Drained are named or selected clusters left out because they are
+	// being drained (MemberCluster spec.drain).
+	Drained []string
+	// DrainHeld are draining clusters kept because they hold the primary of
+	// a PrimaryStandby Database (a drain never drops a primary).
+	DrainHeld []string
+}
+
+// ResolvePlacement is the hub's placement of db over members (those its
+// namespace may use), given the members it is placed on now: what
+// `kubectl fleetdb drain` previews. It returns the chosen members, and the
+// draining members kept because they hold db's primary.
+func ResolvePlacement(db *fleetv1alpha1.Database, members []fleetv1alpha1.MemberCluster, current []string) (targets, drainHeld []string, err error) {
+	res, err := resolvePlacement(db, members, current)
+	return res.Targets, res.DrainHeld, err
+}
+
+// holdsPrimary reports whether member is, or is becoming, the primary of a
+// PrimaryStandby Database: the one in the spec or the one in the status.
+func holdsPrimary(db *fleetv1alpha1.Database, member string) bool {
+	if db.TopologyMode() != fleetv1alpha1.TopologyPrimaryStandby {
+		return false
+	}
+	if t := db.Spec.Topology; t != nil && t.PrimaryCluster == member {
+		return true
+	}
+	return db.Status.Topology != nil && db.Status.Topology.PrimaryCluster == member
 }
 
 // resolvePlacement chooses the members of a Database: the clusters named in
@@ -46,6 +73,14 @@ func resolvePlacement(db *fleetv1alpha1.Database, members []fleetv1alpha1.Member
 	eligible := func(name string) bool {
 		m := byName[name]
 		if m == nil {
+			return false
+		}
+		if m.Spec.Drain {
+			if slices.Contains(current, name) && holdsPrimary(db, name) {
+				res.DrainHeld = append(res.DrainHeld, name)
+				return true
+			}
+			res.Drained = append(res.Drained, name)
 			return false
 		}
 		if m.Spec.Unschedulable && !slices.Contains(current, name) {

@@ -54,6 +54,35 @@ func TestResolvePlacement(t *testing.T) {
 		})
 	}
 
+	t.Run("a drained member loses its placements, except a primary", func(t *testing.T) {
+		g := NewWithT(t)
+		drained := mc("eu-1", prod, false)
+		drained.Spec.Drain = true
+		fleet := []fleetv1alpha1.MemberCluster{mc("us-1", prod, false), drained}
+		db := &fleetv1alpha1.Database{Spec: fleetv1alpha1.DatabaseSpec{Placement: fleetv1alpha1.PlacementSpec{ClusterSelector: sel}}}
+		got, err := resolvePlacement(db, fleet, []string{"eu-1", "us-1"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got.Targets).To(Equal([]string{"us-1"}))
+		g.Expect(got.Drained).To(Equal([]string{"eu-1"}))
+
+		named := &fleetv1alpha1.Database{Spec: fleetv1alpha1.DatabaseSpec{Placement: fleetv1alpha1.PlacementSpec{ClusterNames: []string{"eu-1"}}}}
+		got, err = resolvePlacement(named, fleet, []string{"eu-1"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got.Targets).To(BeEmpty())
+
+		primary := named.DeepCopy()
+		primary.Spec.Placement.ClusterNames = []string{"eu-1", "us-1"}
+		primary.Spec.Topology = &fleetv1alpha1.TopologySpec{Mode: fleetv1alpha1.TopologyPrimaryStandby, PrimaryCluster: "eu-1"}
+		got, err = resolvePlacement(primary, fleet, []string{"eu-1", "us-1"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got.Targets).To(Equal([]string{"eu-1", "us-1"}))
+		g.Expect(got.DrainHeld).To(Equal([]string{"eu-1"}))
+		// Not placed there yet: a drained member is never a new primary's home.
+		got, err = resolvePlacement(primary, fleet, []string{"us-1"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got.Targets).To(Equal([]string{"us-1"}))
+	})
+
 	t.Run("an invalid selector is an error", func(t *testing.T) {
 		g := NewWithT(t)
 		db := &fleetv1alpha1.Database{Spec: fleetv1alpha1.DatabaseSpec{Placement: fleetv1alpha1.PlacementSpec{

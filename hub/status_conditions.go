@@ -37,12 +37,18 @@ func setPlacedCondition(st *fleetv1alpha1.DatabaseStatus, p placementResult) {
 		if len(p.Cordoned) > 0 {
 			msg += "; unschedulable: " + names(p.Cordoned)
 		}
+		if len(p.Drained) > 0 {
+			msg += "; draining: " + names(p.Drained)
+		}
 		setCondition(st, fleetv1alpha1.ConditionPlaced, metav1.ConditionFalse, fleetv1alpha1.ReasonNoMatchingClusters, msg)
 		return
 	}
 	msg := fmt.Sprintf("placed on %d member(s): %s", len(p.Targets), names(p.Targets))
 	if len(p.Missing) > 0 {
 		msg += "; not registered: " + names(p.Missing)
+	}
+	if len(p.DrainHeld) > 0 {
+		msg += "; draining but kept (primary: switch it over first): " + names(p.DrainHeld)
 	}
 	setCondition(st, fleetv1alpha1.ConditionPlaced, metav1.ConditionTrue, fleetv1alpha1.ReasonPlaced, msg)
 }

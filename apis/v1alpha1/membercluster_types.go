@@ -48,6 +48,17 @@ type MemberClusterSpec struct {
 	// +optional
 	Unschedulable bool `json:"unschedulable,omitempty"`
 
+	// Drain moves Databases off the member (`kubectl fleetdb drain`): it
+	// gets no new placement, and every existing one is dropped, so a
+	// Database chosen by its clusterSelector moves to another matching
+	// member and one that names it in clusterNames loses it. What happens
+	// to the data left there is each Database's
+	// spec.placement.onPlacementRemoval (Retain by default: volumes and
+	// credentials stay). The primary of a PrimaryStandby Database is never
+	// dropped by a drain: switch it over first; it stays placed until then.
+	// +optional
+	Drain bool `json:"drain,omitempty"`
+
 	// NamespaceSelector says which hub namespaces may place Databases on
 	// this member, by the namespaces' labels. Unset (the default) allows no
 	// namespace: a platform team opens a member to tenants explicitly; {}
@@ -166,6 +177,7 @@ type MemberClusterStatus struct {
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.kubernetesVersion`
 // +kubebuilder:printcolumn:name="Backends",type=string,JSONPath=`.status.backends`,priority=1
 // +kubebuilder:printcolumn:name="Unschedulable",type=boolean,JSONPath=`.spec.unschedulable`
+// +kubebuilder:printcolumn:name="Drain",type=boolean,JSONPath=`.spec.drain`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type MemberCluster struct {
 	metav1.TypeMeta   `json:",inline"`
