@@ -77,6 +77,9 @@ func (p *Provider) restConfig(name string, data []byte) (*rest.Config, error) {
 		return nil, fmt.Errorf("kubeconfig is not usable: %s", quoted.ReplaceAllString(err.Error(), "<redacted>"))
 	}
 	cfg.QPS, cfg.Burst = p.opts.QPS, p.opts.Burst
+	if p.opts.UserAgent != "" {
+		cfg.UserAgent = p.opts.UserAgent
+	}
 	cfg.Wrap(limitErrorBodies)
 	if wrap := p.opts.WrapTransport; wrap != nil {
 		cfg.WrapTransport = transport.Wrappers(cfg.WrapTransport, func(rt http.RoundTripper) http.RoundTripper {

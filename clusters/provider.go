@@ -88,6 +88,11 @@ type Options struct {
 	// from it and from nowhere else. Default: DefaultSecretNamespace.
 	SecretNamespace string
 
+	// UserAgent, when set, is the user agent of every member client
+	// (clusters, probes and ConfigFor): members' audit logs then tell which
+	// hub replica wrote. Default: client-go's, from the binary's name.
+	UserAgent string
+
 	// WrapTransport, when set, wraps the transport of every member rest config
 	// (clusters, probes and ConfigFor), e.g. for tracing or counting requests.
 	WrapTransport func(cluster string, rt http.RoundTripper) http.RoundTripper

@@ -7,6 +7,13 @@
 #   hack/fleet.sh down     stop and remove the fleet, leaving no processes or volumes
 #   hack/fleet.sh env      print the kubeconfig paths as shell variables
 #
+# `up` also installs the hub's own identity in the hub cluster (deploy/rbac:
+# the ServiceAccount fleetdb-hub, the generated ClusterRole, the leader
+# election Role) with a long-lived token for it, and writes
+# $FLEET_DIR/hub-identity.kubeconfig (`env` prints it as
+# HUB_IDENTITY_KUBECONFIG): hack/run.sh and the e2e suite run the hub with it,
+# not with the admin kubeconfig, so a permission deploy/rbac lacks fails there.
+#
 # Everything lives under FLEET_DIR (default .cache/fleet in the repository,
 # git-ignored). FLEET_MEMBERS (default 2) sets the number of members.
 # FLEET_AUDIT_POLICY (optional) is an audit policy file given to every
@@ -119,6 +126,50 @@ cnpg() {
 		-f "$root/hack/kwok/cnpg-stages.yaml" -f "$root/hack/kwok/test-stages.yaml" >/dev/null
 }
 
+# hub_identity applies deploy/rbac to the hub, asks its token controller for a
+# long-lived token of the hub's ServiceAccount (a kubernetes.io/
+# service-account-token Secret: the hub runs outside the cluster here, with no
+# projected token) and writes hub-identity.kubeconfig (mode 0600) for it.
+hub_identity() {
+	local hub out token secret=fleetdb-hub-token deadline server tmp
+	hub=$(kubeconfig hub)
+	out="$FLEET_DIR/hub-identity.kubeconfig"
+	"$KUBECTL" --kubeconfig "$hub" apply --server-side --field-manager=fleetdb-fleet -k "$root/deploy/rbac" >/dev/null
+	"$KUBECTL" --kubeconfig "$hub" apply --server-side --field-manager=fleetdb-fleet -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Secret
+metadata:
+  name: $secret
+  namespace: $HUB_NS
+  annotations: {kubernetes.io/service-account.name: fleetdb-hub}
+type: kubernetes.io/service-account-token
+YAML
+	token="" deadline=$((SECONDS + 60))
+	while [ -z "$token" ]; do
+		token=$("$KUBECTL" --kubeconfig "$hub" -n "$HUB_NS" get secret "$secret" \
+			-o go-template='{{with .data}}{{with index . "token"}}{{base64decode .}}{{end}}{{end}}' 2>/dev/null || true)
+		[ -n "$token" ] && break
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			echo "fleet: the hub's token controller did not fill in $HUB_NS/$secret within 60s" >&2
+			return 1
+		fi
+		sleep 1
+	done
+	server=$("$KUBECTL" --kubeconfig "$hub" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+	tmp=$(mktemp -d)
+	"$KUBECTL" --kubeconfig "$hub" -n "$HUB_NS" get secret "$secret" -o go-template='{{index .data "ca.crt" | base64decode}}' >"$tmp/ca.crt"
+	(
+		umask 077
+		rm -f "$out.tmp"
+		"$KUBECTL" config --kubeconfig "$out.tmp" set-cluster hub --server "$server" --certificate-authority "$tmp/ca.crt" --embed-certs=true >/dev/null
+		"$KUBECTL" config --kubeconfig "$out.tmp" set-credentials fleetdb-hub --token "$token" >/dev/null
+		"$KUBECTL" config --kubeconfig "$out.tmp" set-context fleetdb-hub --cluster hub --user fleetdb-hub --namespace "$HUB_NS" >/dev/null
+		"$KUBECTL" config --kubeconfig "$out.tmp" use-context fleetdb-hub >/dev/null
+		mv "$out.tmp" "$out"
+	)
+	rm -rf "$tmp"
+}
+
 # register joins a member with the hub's own identity (deploy/member's
 # ServiceAccount, least-privilege RBAC and admission policy), exactly as a real
 # fleet is joined: every run proves that identity is enough.
@@ -147,6 +198,7 @@ up() {
 	# Deletion protection is the API server's (a ValidatingAdmissionPolicy).
 	"$KUBECTL" --kubeconfig "$hub" apply -f "$root/deploy/hub/deletion_protection.yaml" >/dev/null
 	"$KUBECTL" --kubeconfig "$hub" create namespace "$HUB_NS" --dry-run=client -o yaml | "$KUBECTL" --kubeconfig "$hub" apply -f - >/dev/null
+	hub_identity
 	for c in $(members); do
 		i=$((i + 1))
 		register "$c" "$i"
@@ -178,6 +230,7 @@ down() {
 
 envvars() {
 	echo "HUB_KUBECONFIG=$(kubeconfig hub)"
+	echo "HUB_IDENTITY_KUBECONFIG=$FLEET_DIR/hub-identity.kubeconfig"
 	local list=""
 	for c in $(members); do list="$list,$c=$(kubeconfig "$c")"; done
 	echo "MEMBER_KUBECONFIGS=${list#,}"

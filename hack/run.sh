@@ -9,11 +9,24 @@
 # Jaeger stops with the hub. JAEGER_UI_ASSETS=<folder> serves another build of
 # the UI; when there is none, Jaeger serves a placeholder page at / (tracing and
 # the query API work the same) and a warning says so.
+#
+# HUB_REPLICAS=2 (`make run HUB_REPLICAS=2`) runs that many hub processes with
+# leader election: one acts, the others stand by and take over when it stops
+# (kill -9 one to watch). Replica i listens on METRICS_PORT+2i (default 8080)
+# and HEALTH_PORT+2i (default 8081) and logs to .cache/fleet/hub-<i>.log; the
+# Lease fleetdb-hub.fleetdb.io in fleetdb-system names the leader. Ctrl-C
+# stops them all. Every replica runs as the hub's own identity (deploy/rbac,
+# the token in hub-identity.kubeconfig that hack/fleet.sh writes), never admin.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 hack/fleet.sh up
 eval "$(hack/fleet.sh env)"
+replicas=${HUB_REPLICAS:-1}
+case "$replicas" in
+'' | *[!0-9]* | 0) echo "run: HUB_REPLICAS=$replicas: want a number from 1" >&2; exit 2 ;;
+esac
+fleet_dir=${FLEET_DIR:-$root/.cache/fleet}
 mkdir -p bin
 go build -o bin/fleetdb-hub ./hub/cmd/fleetdb-hub
 kubectl="$(hack/toolchain.sh)/kubectl"
@@ -46,6 +59,10 @@ its query API lists the hub's traces too:
   curl 'http://127.0.0.1:16686/api/traces?service=fleetdb-hub&limit=5'
 "
 fi
+replica_msg=""
+if [ "$replicas" -gt 1 ]; then
+	replica_msg=", logs in $fleet_dir/hub-<i>.log"
+fi
 cat >&2 <<MSG
 
 fleetdb hub is starting against the local fleet.
@@ -60,25 +77,48 @@ In another terminal:
   kubectl wait --for=condition=Ready database/orders -n team-a --timeout=120s
 
 Member kubeconfigs: $MEMBER_KUBECONFIGS
-Metrics: http://127.0.0.1:${METRICS_PORT:-8080}/metrics
-${tracing_msg}Stop the hub with Ctrl-C; remove the fleet with: make fleet-down
+Metrics: http://127.0.0.1:${METRICS_PORT:-8080}/metrics (replica i: port +2i)
+Hub replicas: $replicas, as the ServiceAccount fleetdb-hub ($HUB_IDENTITY_KUBECONFIG)${replica_msg}
+The acting one: kubectl -n fleetdb-system get lease fleetdb-hub.fleetdb.io
+${tracing_msg}Stop the hub(s) with Ctrl-C; remove the fleet with: make fleet-down
 
 MSG
-hub=(bin/fleetdb-hub --kubeconfig "$HUB_KUBECONFIG" --dev-logs
-	--metrics-bind-address "127.0.0.1:${METRICS_PORT:-8080}" --health-probe-bind-address "127.0.0.1:${HEALTH_PORT:-8081}" "$@")
-if [ "${TRACING:-}" != 1 ]; then
+# The hub runs as its own identity (deploy/rbac, HUB_IDENTITY_KUBECONFIG),
+# with leader election: one replica acts, the others stand by.
+hub_cmd() { # hub_cmd <replica index from 0>: sets hub=(command line)
+	local i=$1
+	hub=(bin/fleetdb-hub --kubeconfig "$HUB_IDENTITY_KUBECONFIG" --dev-logs --leader-elect --replica-name "hub-$i"
+		--metrics-bind-address "127.0.0.1:$((${METRICS_PORT:-8080} + 2 * i))"
+		--health-probe-bind-address "127.0.0.1:$((${HEALTH_PORT:-8081} + 2 * i))" "${hub_extra[@]}")
+}
+hub_extra=("$@")
+if [ "$replicas" = 1 ] && [ "${TRACING:-}" != 1 ]; then
+	hub_cmd 0
 	exec "${hub[@]}"
 fi
-# With Jaeger to stop afterwards the hub runs as a child (which ignores
-# Ctrl-C's SIGINT, as background jobs of scripts do): a signal to this script
-# stops the hub with SIGTERM, and the EXIT trap stops Jaeger.
-"${hub[@]}" &
-hub_pid=$!
-trap 'kill "$hub_pid" 2>/dev/null || true' INT TERM
+# With several replicas, or Jaeger to stop afterwards, the hubs run as
+# children (which ignore Ctrl-C's SIGINT, as background jobs of scripts do): a
+# signal to this script stops every hub with SIGTERM, and the EXIT trap stops
+# Jaeger. One replica logs to the terminal; several log to hub-<i>.log files.
+pids=()
+for i in $(seq 0 $((replicas - 1))); do
+	hub_cmd "$i"
+	if [ "$replicas" = 1 ]; then
+		"${hub[@]}" &
+	else
+		"${hub[@]}" >"$fleet_dir/hub-$i.log" 2>&1 &
+	fi
+	pids+=("$!")
+done
+stop_hubs() { kill "${pids[@]}" 2>/dev/null || true; }
+trap stop_hubs INT TERM
 status=0
-wait "$hub_pid" || status=$?
-if kill -0 "$hub_pid" 2>/dev/null; then # the wait was cut short by a signal
-	status=0
-	wait "$hub_pid" || status=$?
-fi
+for pid in "${pids[@]}"; do
+	while :; do
+		rc=0
+		wait "$pid" || rc=$?
+		kill -0 "$pid" 2>/dev/null || break # else the wait was cut short by a signal
+	done
+	[ "$rc" = 0 ] || status=$rc
+done
 exit "$status"

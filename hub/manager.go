@@ -45,8 +45,14 @@ type Config struct {
 	MetricsAddr, HealthAddr string
 	// PprofAddr serves net/http/pprof when set (empty or "0": off).
 	PprofAddr string
-	// LeaderElection turns on leader election in the hub namespace.
-	LeaderElection bool
+	// LeaderElection elects the one replica that acts (Lease
+	// LeaderElectionID in the hub namespace).
+	LeaderElection LeaderElection
+	// ReplicaID is this replica's identity in the Lease and in its user
+	// agents (NewReplicaID); empty: NewReplicaID("").
+	ReplicaID string
+	// Version is the hub's version in its user agents (empty: "dev").
+	Version string
 	// Logger is the manager's logger, and so the controllers'; the zero
 	// value is controller-runtime's global one (ctrl.SetLogger).
 	Logger logr.Logger
@@ -76,28 +82,36 @@ func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.P
 		}
 		return telemetry.Transport(cluster, rt)
 	}
+	if cfg.ReplicaID == "" {
+		if cfg.ReplicaID, err = NewReplicaID(""); err != nil {
+			return nil, nil, err
+		}
+	}
+	// Every request of this replica, to the hub and to members, names it.
+	reg.UserAgent = UserAgent(cfg.Version, cfg.ReplicaID)
 	provider := clusters.New(reg)
 
 	hubCfg := rest.CopyConfig(cfg.Hub)
+	hubCfg.UserAgent = reg.UserAgent
 	hubCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return telemetry.Transport("", rt) })
 	if hubCfg.QPS == 0 {
 		hubCfg.QPS, hubCfg.Burst = 100, 200
 	}
 	// No rest.Config.Timeout: client-go turns it into http.Client.Timeout,
 	// which would cut every watch. Calls are bounded by their contexts.
-	mgr, err := mcmanager.New(hubCfg, provider, manager.Options{
-		Scheme:                        scheme,
-		Cache:                         hubCacheOptions(opts.HubNamespace),
-		Logger:                        cfg.Logger,
-		Controller:                    config.Controller{SkipNameValidation: ptr.To(cfg.SkipControllerNameValidation)},
-		Metrics:                       metricsserver.Options{BindAddress: orDisabled(cfg.MetricsAddr)},
-		HealthProbeBindAddress:        orDisabled(cfg.HealthAddr),
-		PprofBindAddress:              orDisabled(cfg.PprofAddr),
-		LeaderElection:                cfg.LeaderElection,
-		LeaderElectionID:              "fleetdb-hub.fleetdb.io",
-		LeaderElectionNamespace:       opts.HubNamespace,
-		LeaderElectionReleaseOnCancel: true,
-	})
+	mopts := manager.Options{
+		Scheme:                 scheme,
+		Cache:                  hubCacheOptions(opts.HubNamespace),
+		Logger:                 cfg.Logger,
+		Controller:             config.Controller{SkipNameValidation: ptr.To(cfg.SkipControllerNameValidation)},
+		Metrics:                metricsserver.Options{BindAddress: orDisabled(cfg.MetricsAddr)},
+		HealthProbeBindAddress: orDisabled(cfg.HealthAddr),
+		PprofBindAddress:       orDisabled(cfg.PprofAddr),
+	}
+	if err := leaderElectionOptions(ctx, &mopts, cfg, opts.HubNamespace); err != nil {
+		return nil, nil, err
+	}
+	mgr, err := mcmanager.New(hubCfg, provider, mopts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating manager: %w", err)
 	}
@@ -117,6 +131,32 @@ func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.P
 		return nil, nil, err
 	}
 	return mgr, provider, nil
+}
+
+// leaderElectionOptions sets the manager's leader election from cfg: the
+// Lease LeaderElectionID in the hub namespace held under cfg.ReplicaID,
+// released on a clean stop (the process exits right after mgr.Start returns).
+func leaderElectionOptions(ctx context.Context, mopts *manager.Options, cfg Config, namespace string) error {
+	if !cfg.LeaderElection.Enabled {
+		return nil
+	}
+	le := cfg.LeaderElection.withDefaults()
+	if err := le.validate(); err != nil {
+		return err
+	}
+	lockCfg := rest.CopyConfig(cfg.Hub)
+	lockCfg.UserAgent = UserAgent(cfg.Version, cfg.ReplicaID)
+	lock, err := newLeaseLock(ctx, lockCfg, namespace, cfg.ReplicaID, le)
+	if err != nil {
+		return err
+	}
+	mopts.LeaderElection = true
+	mopts.LeaderElectionID = LeaderElectionID
+	mopts.LeaderElectionNamespace = namespace
+	mopts.LeaderElectionResourceLockInterface = lock
+	mopts.LeaderElectionReleaseOnCancel = true
+	mopts.LeaseDuration, mopts.RenewDeadline, mopts.RetryPeriod = &le.LeaseDuration, &le.RenewDeadline, &le.RetryPeriod
+	return nil
 }
 
 func orDisabled(addr string) string {

@@ -50,15 +50,23 @@ func init() {
 // distinct from a developer's `make run` fleet (prefix fleetdb).
 const localPrefix = "fleetdb-e2e"
 
-// localMembers is the size of the suite's local fleet.
-const localMembers = 2
+// localMembers is the size of the suite's local fleet: FailoverSpec fans
+// out over three.
+const localMembers = 3
+
+// hubReplicas are the hub processes of -e2e.hub=process: two, with leader
+// election, as the hub's own identity (deploy/rbac) on the local fleet.
+var hubReplicas = []string{"hub-0", "hub-1"}
 
 // suite is what TestMain set up for the tests.
 var suite struct {
 	// skip, when set, is why every test skips.
 	skip  string
 	fleet *Fleet
-	hub   *localfleet.HubProcess
+	// hubs are the hub replicas when the suite runs them (-e2e.hub=process).
+	hubs *localfleet.HubSet
+	// audit is the local fleet (its API servers' audit logs); nil elsewhere.
+	audit *localfleet.Fleet
 }
 
 func TestMain(m *testing.M) {
@@ -108,6 +116,10 @@ func runSuite(m *testing.M) int {
 	specsStart := time.Now()
 	code := m.Run()
 	specs := time.Since(specsStart)
+	if bad := forbiddenLines(suite.hubs); len(bad) > 0 {
+		logf("e2e: the hub's identity was refused on the hub (deploy/rbac lacks a permission):\n%s", strings.Join(bad, "\n"))
+		code = max(code, 1)
+	}
 	env.failed.Store(code != 0)
 	teardownStart := time.Now()
 	env.teardown()
@@ -166,7 +178,7 @@ type suiteEnv struct {
 	cfg      suiteConfig
 	workDir  string
 	local    *localfleet.Fleet
-	hub      *localfleet.HubProcess
+	hubs     *localfleet.HubSet
 	watchdog *Watchdog
 	fleetLog *os.File
 	failed   atomic.Bool
@@ -186,7 +198,8 @@ func (e *suiteEnv) setUp() error {
 	}
 	logf("e2e: %s fleet, hub %s; work folder %s", e.cfg.fleet, e.cfg.hub, e.workDir)
 
-	hubKubeconfig, members := e.cfg.hubKubeconfig, e.cfg.members
+	// The hub runs as its own identity where the suite has one for it.
+	hubKubeconfig, hubIdentity, members := e.cfg.hubKubeconfig, e.cfg.hubKubeconfig, e.cfg.members
 	hubBinary := filepath.Join(e.workDir, "fleetdb-hub")
 	built := make(chan error, 1)
 	if e.cfg.hub == "process" {
@@ -208,7 +221,10 @@ func (e *suiteEnv) setUp() error {
 			// simulated nodes (real kubelets keep running while their control
 			// plane is down). Without leases kwok manages its nodes from the
 			// start and keeps them Ready with status heartbeats.
-			ExtraEnv: []string{"FLEET_KWOKCTL_ARGS=--node-lease-duration-seconds=0"},
+			// Every API server logs who wrote what (FailoverSpec reads it).
+			ExtraEnv: []string{"FLEET_KWOKCTL_ARGS=--node-lease-duration-seconds=0",
+				"FLEET_AUDIT_POLICY=" + filepath.Join(e.workDir, "fleet", auditPolicyFile)},
+			Files: map[string][]byte{auditPolicyFile: []byte(auditPolicy)},
 		}
 		if e.watchdog, err = StartWatchdog(filepath.Join(root, "hack", "fleet.sh")+" down", e.workDir,
 			filepath.Join(e.workDir, "watchdog.log"), opts.Env()); err != nil {
@@ -224,7 +240,7 @@ func (e *suiteEnv) setUp() error {
 		if err != nil {
 			return err
 		}
-		hubKubeconfig, members = e.local.HubKubeconfig, e.local.MemberKubeconfigs
+		hubKubeconfig, hubIdentity, members = e.local.HubKubeconfig, e.local.HubIdentityKubeconfig, e.local.MemberKubeconfigs
 		control = e.local
 		if e.cfg.kubectl == "" {
 			e.cfg.kubectl = filepath.Join(e.local.ToolsDir, "kubectl")
@@ -270,26 +286,29 @@ func (e *suiteEnv) setUp() error {
 		return err
 	}
 	if e.cfg.hub == "process" {
-		e.hub, err = localfleet.StartHub(localfleet.HubOptions{
-			Binary: hubBinary, Kubeconfig: hubKubeconfig, LogPath: filepath.Join(e.workDir, "hub.log"),
+		e.hubs = localfleet.NewHubSet(localfleet.HubOptions{
+			Binary: hubBinary, Kubeconfig: hubIdentity,
 			Args: []string{"--probe-interval", "1s", "--probe-grace-period", "3s"},
+		}, e.workDir, func(p *localfleet.HubProcess) {
+			e.watchdog.Track(p.Pid())
+			logf("e2e: hub replica %s started (pid %d), log %s", p.ReplicaName, p.Pid(), p.LogPath)
 		})
-		if err != nil {
-			return err
+		for _, name := range hubReplicas {
+			if _, err := e.hubs.Start(name); err != nil {
+				return err
+			}
 		}
-		e.watchdog.Track(e.hub.Pid())
-		logf("e2e: hub started (pid %d), log %s", e.hub.Pid(), e.hub.LogPath)
 	}
 
 	// The hub is working once its registry reports every member Ready.
-	if err := waitForMembersReady(ctx, f, e.hub, 3*time.Minute); err != nil {
+	if err := waitForMembersReady(ctx, f, e.hubs, 3*time.Minute); err != nil {
 		return err
 	}
-	suite.fleet, suite.hub = f, e.hub
+	suite.fleet, suite.hubs, suite.audit = f, e.hubs, e.local
 	return nil
 }
 
-func waitForMembersReady(ctx context.Context, f *Fleet, hub *localfleet.HubProcess, timeout time.Duration) error {
+func waitForMembersReady(ctx context.Context, f *Fleet, hubs *localfleet.HubSet, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		var notReady []string
@@ -306,12 +325,9 @@ func waitForMembersReady(ctx context.Context, f *Fleet, hub *localfleet.HubProce
 		if len(notReady) == 0 {
 			return nil
 		}
-		if hub != nil {
-			if exited, err := hub.Exited(); exited {
-				if err == nil {
-					err = errors.New("exit status 0")
-				}
-				return fmt.Errorf("the hub exited (%w):\n%s", err, localfleet.TailFile(hub.LogPath, 8<<10))
+		if hubs != nil {
+			if name, err := hubs.Exited(); name != "" {
+				return fmt.Errorf("hub replica %s exited (%w):\n%s", name, err, localfleet.TailFile(hubs.Replica(name).LogPath, 8<<10))
 			}
 		}
 		if time.Now().After(deadline) {
@@ -328,10 +344,12 @@ func waitForMembersReady(ctx context.Context, f *Fleet, hub *localfleet.HubProce
 // teardown stops what setUp started, also after a failure; it runs once.
 func (e *suiteEnv) teardown() {
 	e.once.Do(func() {
-		if e.hub != nil {
-			e.hub.Stop()
+		if e.hubs != nil {
+			e.hubs.Stop()
 			if e.failed.Load() {
-				logf("e2e: ---- hub log (%s) ----\n%s\ne2e: ---- end of hub log ----", e.hub.LogPath, localfleet.TailFile(e.hub.LogPath, 512<<10))
+				for _, log := range e.hubs.Logs() {
+					logf("e2e: ---- hub log (%s) ----\n%s\ne2e: ---- end of hub log ----", log, localfleet.TailFile(log, 256<<10))
+				}
 			}
 		} else if e.failed.Load() && e.cfg.hub == "in-cluster" && e.cfg.kubectl != "" && e.cfg.hubKubeconfig != "" {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -413,11 +431,18 @@ func specContext(t *testing.T) context.Context {
 	if suite.fleet == nil {
 		t.Fatal("the e2e fleet is not set up")
 	}
-	if suite.hub != nil {
-		if exited, err := suite.hub.Exited(); exited {
-			t.Fatalf("the hub process exited (%v); its log: %s", err, suite.hub.LogPath)
+	if suite.hubs != nil {
+		if name, err := suite.hubs.Exited(); name != "" {
+			t.Fatalf("hub replica %s exited (%v); its log: %s", name, err, suite.hubs.Replica(name).LogPath)
 		}
 	}
+	// A permission deploy/rbac lacks fails the spec that needed it.
+	refusedBefore := len(forbiddenLines(suite.hubs))
+	t.Cleanup(func() {
+		if bad := forbiddenLines(suite.hubs); len(bad) > refusedBefore {
+			t.Errorf("the hub's identity was refused on the hub (deploy/rbac lacks a permission):\n%s", strings.Join(bad[refusedBefore:], "\n"))
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*suite.fleet.Intervals.Ready+5*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
@@ -472,7 +497,7 @@ func TestCNPGDelete(t *testing.T) {
 
 func TestCNPGMissing(t *testing.T) {
 	in := CNPGInput{T: t, Fleet: suite.fleet, HubNamespace: *flagHubNamespace}
-	if suite.hub == nil {
+	if suite.hubs == nil {
 		in.HubServer = "https://kubernetes.default.svc" // the hub runs in the hub cluster
 	}
 	CNPGMissingSpec(specContext(t), in)
@@ -480,6 +505,14 @@ func TestCNPGMissing(t *testing.T) {
 
 func TestTopology(t *testing.T) {
 	TopologySpec(specContext(t), TopologyInput{T: t, Fleet: suite.fleet})
+}
+
+func TestFailover(t *testing.T) {
+	in := FailoverInput{T: t, Fleet: suite.fleet, Hubs: suite.hubs, Databases: 20}
+	if suite.audit != nil {
+		in.AuditLog = suite.audit.AuditLog
+	}
+	FailoverSpec(specContext(t), in)
 }
 
 func TestUnreachable(t *testing.T) {

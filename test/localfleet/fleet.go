@@ -51,6 +51,9 @@ type Fleet struct {
 	opts Options
 	// HubKubeconfig is the hub's admin kubeconfig.
 	HubKubeconfig string
+	// HubIdentityKubeconfig is the hub's own identity (deploy/rbac's
+	// ServiceAccount with its long-lived token): run the hub with it.
+	HubIdentityKubeconfig string
 	// MemberKubeconfigs are the members' admin kubeconfigs, "member-1" first.
 	MemberKubeconfigs []NamedPath
 	// ToolsDir holds the toolchain (kubectl, kwokctl, ...).
@@ -87,13 +90,15 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		switch k {
 		case "HUB_KUBECONFIG":
 			f.HubKubeconfig = v
+		case "HUB_IDENTITY_KUBECONFIG":
+			f.HubIdentityKubeconfig = v
 		case "MEMBER_KUBECONFIGS":
 			if f.MemberKubeconfigs, err = ParseMemberKubeconfigs(v); err != nil {
 				return f, fmt.Errorf("hack/fleet.sh env: %w", err)
 			}
 		}
 	}
-	if f.HubKubeconfig == "" || len(f.MemberKubeconfigs) == 0 {
+	if f.HubKubeconfig == "" || f.HubIdentityKubeconfig == "" || len(f.MemberKubeconfigs) == 0 {
 		return f, fmt.Errorf("hack/fleet.sh env printed no kubeconfigs: %q", out)
 	}
 	return f, nil

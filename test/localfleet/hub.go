@@ -38,6 +38,9 @@ type HubOptions struct {
 	Kubeconfig string
 	// LogPath is where the hub's output goes.
 	LogPath string
+	// ReplicaName, when set, is the hub's --replica-name: its Lease
+	// holderIdentity and its user agents start with ReplicaName + "_".
+	ReplicaName string
 	// Args are further flags (probe interval, workers, ...).
 	Args []string
 	// StopGrace is how long Stop waits for a clean exit after SIGTERM
@@ -53,6 +56,8 @@ type HubProcess struct {
 	grace   time.Duration
 	// LogPath is where the hub's output goes.
 	LogPath string
+	// ReplicaName is HubOptions.ReplicaName.
+	ReplicaName string
 	// MetricsURL is the hub's Prometheus endpoint.
 	MetricsURL string
 	done       chan struct{}
@@ -79,6 +84,9 @@ func StartHub(opts HubOptions) (*HubProcess, error) {
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", mport),
 		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", hport),
 	}, opts.Args...)
+	if opts.ReplicaName != "" {
+		args = append(args, "--replica-name", opts.ReplicaName)
+	}
 	// Not tied to a context: the hub lives until Stop.
 	cmd := exec.CommandContext(context.Background(), opts.Binary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -88,7 +96,7 @@ func StartHub(opts HubOptions) (*HubProcess, error) {
 		return nil, fmt.Errorf("starting the hub: %w", err)
 	}
 	h := &HubProcess{
-		cmd: cmd, logFile: logFile, grace: opts.StopGrace, LogPath: opts.LogPath,
+		cmd: cmd, logFile: logFile, grace: opts.StopGrace, LogPath: opts.LogPath, ReplicaName: opts.ReplicaName,
 		MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", mport), done: make(chan struct{}),
 	}
 	if h.grace <= 0 {
@@ -167,6 +175,19 @@ func (h *HubProcess) Stop() {
 		_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
 		<-h.done
 	}
+}
+
+// Kill ends the hub with SIGKILL, as a crash or a lost node would: no clean
+// shutdown, its Lease is not released. It returns when the process is gone.
+func (h *HubProcess) Kill() error {
+	if exited, _ := h.Exited(); exited {
+		return errors.New("the hub had exited already")
+	}
+	if err := syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("killing the hub: %w", err)
+	}
+	<-h.done
+	return nil
 }
 
 func freePort() (int, error) {

@@ -33,7 +33,15 @@ func main() {
 	flag.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables)")
 	flag.StringVar(&cfg.HealthAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints (0 disables)")
 	flag.StringVar(&cfg.PprofAddr, "pprof-bind-address", "", "address of the net/http/pprof endpoint, e.g. 127.0.0.1:6060 (empty: off)")
-	flag.BoolVar(&cfg.LeaderElection, "leader-elect", false, "elect a leader so that only one hub replica acts")
+	flag.BoolVar(&cfg.LeaderElection.Enabled, "leader-elect", false, "elect a leader so that only one hub replica acts")
+	flag.DurationVar(&cfg.LeaderElection.LeaseDuration, "leader-elect-lease-duration", hub.DefaultLeaseDuration,
+		"how long a standby waits after the leader's last renewal before it takes over")
+	flag.DurationVar(&cfg.LeaderElection.RenewDeadline, "leader-elect-renew-deadline", hub.DefaultRenewDeadline,
+		"how long the leader tries to renew its lease before it gives up and exits (less than the lease duration)")
+	flag.DurationVar(&cfg.LeaderElection.RetryPeriod, "leader-elect-retry-period", hub.DefaultRetryPeriod,
+		"how often the leader renews and a standby tries to take over")
+	var replicaName string
+	flag.StringVar(&replicaName, "replica-name", "", "this replica's name in the leader election Lease and in its user agents, before a random suffix (default: the host name)")
 	flag.StringVar(&cfg.Options.HubNamespace, "hub-namespace", hub.DefaultHubNamespace, "the hub's own namespace (protected; leader election lease)")
 	flag.IntVar(&cfg.Options.DatabaseWorkers, "database-workers", hub.DefaultDatabaseWorkers, "concurrent Database reconciles")
 	flag.IntVar(&cfg.Options.MemberWorkers, "member-workers", hub.DefaultMemberWorkers, "concurrent member syncs")
@@ -59,12 +67,17 @@ func main() {
 		os.Exit(1)
 	}
 	cfg.Hub = restCfg
+	if cfg.ReplicaID, err = hub.NewReplicaID(replicaName); err != nil {
+		log.Error(err, "no replica identity")
+		os.Exit(1)
+	}
+	cfg.Version = buildVersion()
 	ctx := ctrl.SetupSignalHandler()
 
 	// Tracing is configured by the OTEL_* environment variables and off
 	// without an endpoint; a bad configuration leaves it off rather than
 	// keeping the hub down.
-	stopTracing, err := telemetry.SetupTracing(ctx, buildVersion())
+	stopTracing, err := telemetry.SetupTracing(ctx, cfg.Version)
 	if err != nil {
 		log.Error(err, "tracing is off: bad OpenTelemetry configuration")
 	}
@@ -76,7 +89,8 @@ func main() {
 	_ = mgr.GetLocalManager().AddHealthzCheck("ping", healthz.Ping)
 	_ = mgr.GetLocalManager().AddReadyzCheck("ping", healthz.Ping)
 	start := time.Now()
-	log.Info("starting fleetdb hub", "hubNamespace", cfg.Options.HubNamespace)
+	log.Info("starting fleetdb hub", "hubNamespace", cfg.Options.HubNamespace, "replica", cfg.ReplicaID,
+		"leaderElection", cfg.LeaderElection.Enabled)
 	err = mgr.Start(ctx)
 	// The last spans go out before the process does.
 	sctx, cancel := context.WithTimeout(context.Background(), tracingShutdownTimeout)
