@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -158,7 +159,7 @@ func FailoverSpec(ctx context.Context, in FailoverInput) {
 	takeover := fmt.Sprintf("e2e: failover: SIGKILL → Lease acquired by the standby %s, → its first member write %s (lease 15s, renew 10s, retry 2s; %d of %d StatefulSets existed at the kill)",
 		acquired.Sub(killed).Round(10*time.Millisecond), firstWrite.Sub(killed).Round(10*time.Millisecond), atKill, n*len(members))
 	t.Log(takeover)
-	logf("%s", takeover)
+	fmt.Fprintln(os.Stderr, takeover)
 }
 
 // replicaName is the --replica-name part of a replica identity ("hub-0_<uuid>").

@@ -42,9 +42,9 @@ func (s *HubSet) Start(name string) (*HubProcess, error) {
 	s.starts[name]++
 	opts := s.opts
 	opts.ReplicaName = name
-	opts.LogPath = filepath.Join(s.dir, fmt.Sprintf("hub-%s.log", name))
+	opts.LogPath = filepath.Join(s.dir, name+".log")
 	if n := s.starts[name]; n > 1 {
-		opts.LogPath = filepath.Join(s.dir, fmt.Sprintf("hub-%s-%d.log", name, n))
+		opts.LogPath = filepath.Join(s.dir, fmt.Sprintf("%s-%d.log", name, n))
 	}
 	opts.Args = append([]string{"--leader-elect"}, opts.Args...)
 	p, err := StartHub(opts)
