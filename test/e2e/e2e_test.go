@@ -225,6 +225,9 @@ func (e *suiteEnv) setUp() error {
 			ExtraEnv: []string{"FLEET_KWOKCTL_ARGS=--node-lease-duration-seconds=0",
 				"FLEET_AUDIT_POLICY=" + filepath.Join(e.workDir, "fleet", auditPolicyFile)},
 			Files: map[string][]byte{auditPolicyFile: []byte(auditPolicy)},
+			// kwokctl picks free ports when it creates a cluster; another fleet
+			// created on the machine meanwhile can take one first.
+			Attempts: 3,
 		}
 		if e.watchdog, err = StartWatchdog(filepath.Join(root, "hack", "fleet.sh")+" down", e.workDir,
 			filepath.Join(e.workDir, "watchdog.log"), opts.Env()); err != nil {

@@ -308,9 +308,9 @@ func hubFlags(t *testing.T) []string {
 // leaderElectionID is the Lease name the hub's manager elects with.
 func leaderElectionID(t *testing.T) string {
 	t.Helper()
-	m := regexp.MustCompile(`LeaderElectionID:\s*"([^"]+)"`).FindStringSubmatch(readFile(t, "hub/manager.go"))
+	m := regexp.MustCompile(`LeaderElectionID\s*=\s*"([^"]+)"`).FindStringSubmatch(readFile(t, "hub/leader.go"))
 	if m == nil {
-		t.Fatal("hub/manager.go: no LeaderElectionID literal; update leaderElectionID() in this test")
+		t.Fatal("hub/leader.go: no LeaderElectionID constant; update leaderElectionID() in this test")
 	}
 	return m[1]
 }
