@@ -7,8 +7,9 @@
 // (the default: TestMain brings it up and tears it down), kind, or any
 // existing fleet described by kubeconfigs. See README.md in this folder.
 //
-// The package's non-test files hold the specs (specs.go), the helpers
-// (framework.go) and the watchdog (watchdog.go); the local fleet and the hub
-// process come from test/localfleet, shared with the benchmark. e2e_test.go
+// The package's non-test files hold the specs (specs.go, failover.go, ...),
+// the helpers (framework.go), the audit-log and hub-log readers (identity.go)
+// and the watchdog (watchdog.go); the local fleet and the hub replicas come
+// from test/localfleet, shared with the benchmark. e2e_test.go
 // wires them into `go test`.
 package e2e

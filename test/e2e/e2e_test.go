@@ -539,3 +539,19 @@ func cmpOr(v, def string) string {
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, format+"\n", args...)
 }
+
+// TestRefusedHubPattern: the lines forbiddenLines looks for are the hub API
+// server refusing the hub's identity, in client-go's and in the hub's log
+// format, and not a member refusing the hub's member identity.
+func TestRefusedHubPattern(t *testing.T) {
+	for line, want := range map[string]bool{
+		`W1201 03:10:00.000000 123 reflector.go:561] failed to list *v1.Secret: secrets is forbidden: User "system:serviceaccount:fleetdb-system:fleetdb-hub" cannot list resource "secrets" in API group "" at the cluster scope`: true,
+		`{"level":"error","msg":"Reconciler error","error":"databases.fleetdb.io \"x\" is forbidden: User \"system:serviceaccount:fleetdb-system:fleetdb-hub\" cannot patch resource \"databases/status\""}`: true,
+		`{"level":"error","msg":"Reconciler error","cluster":"member-1","error":"statefulsets.apps \"x\" is forbidden: User \"system:serviceaccount:fleetdb-system:fleetdb-hub-agent\" cannot create resource"}`: false,
+		`{"level":"info","msg":"Starting workers","controller":"database"}`: false,
+	} {
+		if got := refusedHub.MatchString(line); got != want {
+			t.Errorf("refusedHub.MatchString(%q) = %t, want %t", line, got, want)
+		}
+	}
+}
