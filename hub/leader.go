@@ -91,8 +91,8 @@ func UserAgent(version, replicaID string) string {
 // newLeaseLock is controller-runtime's Lease lock with the replica's own
 // identity (controller-runtime would make up one that no log or user agent
 // shows). Its client's timeout stays under the renew deadline, so one hung
-// request does not cost the lease; its Events ("<id> became leader") go to
-// the hub namespace until ctx ends.
+// request does not cost the lease; its Events ("<id> became leader", "...
+// stopped leading") go to the hub namespace until shortly after ctx ends.
 func newLeaseLock(ctx context.Context, cfg *rest.Config, namespace, identity string, le LeaderElection) (resourcelock.Interface, error) {
 	if identity == "" {
 		return nil, errors.New("leader election: no replica identity")
@@ -103,10 +103,12 @@ func newLeaseLock(ctx context.Context, cfg *rest.Config, namespace, identity str
 	if err != nil {
 		return nil, fmt.Errorf("leader election client: %w", err)
 	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events(namespace)})
 	go func() {
+		// The lease is released, and that recorded, after ctx ends.
 		<-ctx.Done()
+		time.Sleep(lc.Timeout)
 		broadcaster.Shutdown()
 	}()
 	recorder := broadcaster.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: identity})
