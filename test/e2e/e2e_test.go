@@ -37,6 +37,8 @@ var (
 		"process (build and run the hub binary here) or in-cluster (a hub already runs in the fleet) (env FLEETDB_E2E_HUB); default process for local, in-cluster otherwise")
 	flagKubectl = flag.String("e2e.kubectl", os.Getenv("FLEETDB_E2E_KUBECTL"),
 		"kubectl binary (env FLEETDB_E2E_KUBECTL); default the toolchain's for local, else kubectl from PATH")
+	flagHubArgs = flag.String("e2e.hub-args", os.Getenv("FLEETDB_E2E_HUB_ARGS"),
+		"further flags of the hub replicas the suite runs, split on spaces, e.g. --leader-elect-retry-period=1s (env FLEETDB_E2E_HUB_ARGS)")
 	flagHubNamespace = flag.String("e2e.hub-namespace", envOr("FLEETDB_E2E_HUB_NAMESPACE", "fleetdb-system"),
 		"namespace of an in-cluster hub, for its logs on failure (env FLEETDB_E2E_HUB_NAMESPACE)")
 )
@@ -291,7 +293,7 @@ func (e *suiteEnv) setUp() error {
 	if e.cfg.hub == "process" {
 		e.hubs = localfleet.NewHubSet(localfleet.HubOptions{
 			Binary: hubBinary, Kubeconfig: hubIdentity,
-			Args: []string{"--probe-interval", "1s", "--probe-grace-period", "3s"},
+			Args: append([]string{"--probe-interval", "1s", "--probe-grace-period", "3s"}, strings.Fields(*flagHubArgs)...),
 		}, e.workDir, func(p *localfleet.HubProcess) {
 			e.watchdog.Track(p.Pid())
 			logf("e2e: hub replica %s started (pid %d), log %s", p.ReplicaName, p.Pid(), p.LogPath)
@@ -511,7 +513,7 @@ func TestTopology(t *testing.T) {
 }
 
 func TestFailover(t *testing.T) {
-	in := FailoverInput{T: t, Fleet: suite.fleet, Hubs: suite.hubs, Databases: 20}
+	in := FailoverInput{T: t, Fleet: suite.fleet, Hubs: suite.hubs, Databases: 20, HubArgs: *flagHubArgs}
 	if suite.audit != nil {
 		in.AuditLog = suite.audit.AuditLog
 	}
@@ -544,14 +546,20 @@ func logf(format string, args ...any) {
 // server refusing the hub's identity, in client-go's and in the hub's log
 // format, and not a member refusing the hub's member identity.
 func TestRefusedHubPattern(t *testing.T) {
-	for line, want := range map[string]bool{
-		`W1201 03:10:00.000000 123 reflector.go:561] failed to list *v1.Secret: secrets is forbidden: User "system:serviceaccount:fleetdb-system:fleetdb-hub" cannot list resource "secrets" in API group "" at the cluster scope`: true,
-		`{"level":"error","msg":"Reconciler error","error":"databases.fleetdb.io \"x\" is forbidden: User \"system:serviceaccount:fleetdb-system:fleetdb-hub\" cannot patch resource \"databases/status\""}`: true,
-		`{"level":"error","msg":"Reconciler error","cluster":"member-1","error":"statefulsets.apps \"x\" is forbidden: User \"system:serviceaccount:fleetdb-system:fleetdb-hub-agent\" cannot create resource"}`: false,
-		`{"level":"info","msg":"Starting workers","controller":"database"}`: false,
+	for _, tc := range []struct {
+		line string
+		want bool
+	}{
+		{want: true, line: `W1201 03:10:00.000000 123 reflector.go:561] failed to list *v1.Secret: secrets is forbidden: ` +
+			`User "system:serviceaccount:fleetdb-system:fleetdb-hub" cannot list resource "secrets" in API group "" at the cluster scope`},
+		{want: true, line: `{"level":"error","msg":"Reconciler error","error":"databases.fleetdb.io \"x\" is forbidden: ` +
+			`User \"system:serviceaccount:fleetdb-system:fleetdb-hub\" cannot patch resource \"databases/status\""}`},
+		{want: false, line: `{"level":"error","msg":"Reconciler error","cluster":"member-1","error":"statefulsets.apps \"x\" is forbidden: ` +
+			`User \"system:serviceaccount:fleetdb-system:fleetdb-hub-agent\" cannot create resource"}`},
+		{want: false, line: `{"level":"info","msg":"Starting workers","controller":"database"}`},
 	} {
-		if got := refusedHub.MatchString(line); got != want {
-			t.Errorf("refusedHub.MatchString(%q) = %t, want %t", line, got, want)
+		if got := refusedHub.MatchString(tc.line); got != tc.want {
+			t.Errorf("refusedHub.MatchString(%q) = %t, want %t", tc.line, got, tc.want)
 		}
 	}
 }

@@ -39,6 +39,8 @@ type FailoverInput struct {
 	Databases int
 	// HubNamespace holds the Lease; default fleetdb-system.
 	HubNamespace string
+	// HubArgs are the replicas' further flags, for the report (lease settings).
+	HubArgs string
 }
 
 // killAtStatefulSets is how many StatefulSets the first member holds when
@@ -156,8 +158,12 @@ func FailoverSpec(ctx context.Context, in FailoverInput) {
 	restarted := WaitForStandbyID(ctx, t, in.Hubs.Replica(oldName))
 	expectNoWrites(t, f, in.AuditLog, restarted)
 
-	takeover := fmt.Sprintf("e2e: failover: SIGKILL → Lease acquired by the standby %s, → its first member write %s (lease 15s, renew 10s, retry 2s; %d of %d StatefulSets existed at the kill)",
-		acquired.Sub(killed).Round(10*time.Millisecond), firstWrite.Sub(killed).Round(10*time.Millisecond), atKill, n*len(members))
+	settings := "default lease settings"
+	if in.HubArgs != "" {
+		settings = "hub flags " + in.HubArgs
+	}
+	takeover := fmt.Sprintf("e2e: failover: SIGKILL → Lease acquired by the standby %s, → its first member write %s (%s; %d of %d StatefulSets existed at the kill)",
+		acquired.Sub(killed).Round(10*time.Millisecond), firstWrite.Sub(killed).Round(10*time.Millisecond), settings, atKill, n*len(members))
 	t.Log(takeover)
 	fmt.Fprintln(os.Stderr, takeover)
 }
