@@ -22,6 +22,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
 
 // +kubebuilder:rbac:groups=fleetdb.io,resources=databasebackups,verbs=get;list;watch;update;patch
@@ -86,8 +87,9 @@ func (w *wiring) backupController() error {
 			MaxConcurrentReconciles: backupWorkers,
 			SkipNameValidation:      w.skipNames,
 			ReconciliationTimeout:   hubReconcileTimeout,
+			LogConstructor:          reconcileLogs[mcreconcile.Request](w.mgr.GetLogger(), "databasebackup", nil),
 		}).
-		Complete(br)
+		Complete(tracedReconciler[mcreconcile.Request]{inner: br, tracer: telemetry.Tracer(), span: spanBackupReconcile})
 }
 
 // backupsOfDatabase maps a Database event to the unfinished (or deleting)

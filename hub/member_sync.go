@@ -39,7 +39,7 @@ type memberSyncReconciler struct {
 	recorder events.EventRecorder
 	// databases enqueues hub Database requests.
 	databases *queueRef
-	// tracer starts the Member.Sync spans; nil when tracing is off.
+	// tracer starts the Member.Sync spans (telemetry.Tracer); nil only in benchmarks.
 	tracer trace.Tracer
 	// lineage tells the syncs that carry a change out from later ones.
 	lineage syncLineage
