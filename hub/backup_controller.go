@@ -87,7 +87,9 @@ func (w *wiring) backupController() error {
 			MaxConcurrentReconciles: backupWorkers,
 			SkipNameValidation:      w.skipNames,
 			ReconciliationTimeout:   hubReconcileTimeout,
-			LogConstructor:          reconcileLogs[mcreconcile.Request](w.mgr.GetLogger(), "databasebackup", nil),
+			LogConstructor: reconcileLogs(w.mgr.GetLogger(), "databasebackup", func(req *mcreconcile.Request) []any {
+				return []any{"databaseBackup", req.NamespacedName.String()}
+			}),
 		}).
 		Complete(tracedReconciler[mcreconcile.Request]{inner: br, tracer: telemetry.Tracer(), span: spanBackupReconcile})
 }
@@ -138,7 +140,6 @@ func (r *backupReconciler) Reconcile(ctx context.Context, req mcreconcile.Reques
 	if req.ClusterName != "" {
 		return ctrl.Result{}, nil
 	}
-	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("databaseBackup", req.NamespacedName.String()))
 	b := &fleetv1alpha1.DatabaseBackup{}
 	if err := r.hub.Get(ctx, req.NamespacedName, b); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)

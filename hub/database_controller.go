@@ -102,7 +102,6 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 	}
 	ctx, span := r.startReconcileSpan(ctx, req.NamespacedName)
 	defer func() { endReconcileSpan(span, res, reterr) }()
-	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("database", req.NamespacedName.String()))
 
 	s, err := r.loadScope(ctx, req.NamespacedName)
 	if err != nil || s == nil {

@@ -63,7 +63,6 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 		return ctrl.Result{}, nil // parked: back in the queue when a sync of this member ends
 	}
 	defer r.releaseSlot(cluster)
-	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("cluster", cluster, "database", key.String()))
 	p := r.state.plan(key)
 	if p == nil {
 		// The Database controller has not planned this Database yet; it

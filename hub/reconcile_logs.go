@@ -20,7 +20,8 @@ const (
 
 // reconcileLogs is the LogConstructor of fleetdb's controllers: what the
 // builders make by default (the manager's logger with the controller's
-// name; keys, when set, adds the request's), and for a reconcile a logger
+// name), the request's keys (keys: "database", "cluster"...; on every line
+// of the reconcile, controller-runtime's own included), and for a reconcile a logger
 // with a trace slot (telemetry.ReconcileLogger). The reconcile's span fills
 // the slot, so controller-runtime's own lines of the reconcile, the
 // "Reconciler error" line above all, whose logger is built before the

@@ -92,7 +92,9 @@ func (w *wiring) databaseController() error {
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
 			MaxConcurrentReconciles: w.opts.DatabaseWorkers,
 			SkipNameValidation:      w.skipNames,
-			LogConstructor:          reconcileLogs[mcreconcile.Request](w.mgr.GetLogger(), "database", nil),
+			LogConstructor: reconcileLogs(w.mgr.GetLogger(), "database", func(req *mcreconcile.Request) []any {
+				return []any{"database", req.NamespacedName.String()}
+			}),
 			// Every hub API call of a reconcile is bounded.
 			ReconciliationTimeout: hubReconcileTimeout,
 		}).
@@ -128,7 +130,9 @@ func (w *wiring) memberSyncController() error {
 			MaxConcurrentReconciles: w.opts.MemberWorkers,
 			ReconciliationTimeout:   w.opts.MemberCallTimeout,
 			SkipNameValidation:      w.skipNames,
-			LogConstructor:          reconcileLogs[mcreconcile.Request](w.mgr.GetLogger(), "member-sync", nil),
+			LogConstructor: reconcileLogs(w.mgr.GetLogger(), "member-sync", func(req *mcreconcile.Request) []any {
+				return []any{"cluster", string(req.ClusterName), "database", req.NamespacedName.String()}
+			}),
 		}).
 		Complete(msr)
 }

@@ -55,22 +55,25 @@ func ReconcileLogger(log logr.Logger) logr.Logger {
 	return log.WithSink(&traceSink{LogSink: sink, slot: &traceSlot{}})
 }
 
-// traceSlot holds the span context of a reconcile once its span started.
+// traceSlot holds the ids of a reconcile's span once it started, rendered
+// once.
 type traceSlot struct {
-	sc atomic.Pointer[trace.SpanContext]
+	ids atomic.Pointer[[4]any]
 }
 
-func (s *traceSlot) set(sc trace.SpanContext) { s.sc.Store(&sc) }
+func (s *traceSlot) set(sc trace.SpanContext) {
+	s.ids.Store(&[4]any{logKeyTraceID, sc.TraceID().String(), logKeySpanID, sc.SpanID().String()})
+}
 
 // with appends the trace and span ids to kv, when the slot is set.
 func (s *traceSlot) with(kv []any) []any {
-	sc := s.sc.Load()
-	if sc == nil {
+	ids := s.ids.Load()
+	if ids == nil {
 		return kv
 	}
-	out := make([]any, 0, len(kv)+4)
+	out := make([]any, 0, len(kv)+len(ids))
 	out = append(out, kv...)
-	return append(out, logKeyTraceID, sc.TraceID().String(), logKeySpanID, sc.SpanID().String())
+	return append(out, ids[:]...)
 }
 
 // traceSink is a LogSink whose lines carry the ids of its trace slot.

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
-	uberzap "go.uber.org/zap"
 	"go.opentelemetry.io/otel/trace"
+	uberzap "go.uber.org/zap"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )

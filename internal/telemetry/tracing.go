@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -256,14 +257,39 @@ func TraceparentOf(sc trace.SpanContext) string {
 	if !sc.IsValid() {
 		return ""
 	}
-	return fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
+	// 00-<32 hex>-<16 hex>-<2 hex>, without fmt: it runs on every change.
+	var b [55]byte
+	tid, sid := sc.TraceID(), sc.SpanID()
+	copy(b[:3], "00-")
+	hex.Encode(b[3:35], tid[:])
+	b[35] = '-'
+	hex.Encode(b[36:52], sid[:])
+	b[52] = '-'
+	hex.Encode(b[53:55], []byte{byte(sc.TraceFlags())})
+	return string(b[:])
 }
 
-// SpanContextOf parses a W3C traceparent; the zero SpanContext when it is not one.
+// SpanContextOf parses a W3C traceparent (version 00); the zero SpanContext
+// when it is not one.
 func SpanContextOf(traceparent string) trace.SpanContext {
-	if traceparent == "" {
+	if len(traceparent) != 55 || traceparent[:3] != "00-" || traceparent[35] != '-' || traceparent[52] != '-' {
 		return trace.SpanContext{}
 	}
-	carrier := propagation.MapCarrier{"traceparent": traceparent}
-	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier))
+	tid, err := trace.TraceIDFromHex(traceparent[3:35])
+	if err != nil {
+		return trace.SpanContext{}
+	}
+	sid, err := trace.SpanIDFromHex(traceparent[36:52])
+	if err != nil {
+		return trace.SpanContext{}
+	}
+	var flags [1]byte
+	if _, err := hex.Decode(flags[:], []byte(traceparent[53:55])); err != nil {
+		return trace.SpanContext{}
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags[0]) & trace.FlagsSampled, Remote: true})
+	if !sc.IsValid() {
+		return trace.SpanContext{}
+	}
+	return sc
 }
