@@ -121,8 +121,6 @@ func (e *env) startHub(opts envOptions) {
 		},
 		MetricsAddr: opts.metricsAddr,
 		Logger:      hubLogger(opts.logs),
-		// With the leader-election Role of deploy/rbac.
-		LeaderElection: true,
 		// TestHub, TestMetrics and TestTracing each run a hub in this process.
 		SkipControllerNameValidation: true,
 	})
