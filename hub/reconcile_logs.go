@@ -22,21 +22,21 @@ const (
 // builders make by default (the manager's logger with the controller's
 // name), the request's keys (keys: "database", "cluster"...; on every line
 // of the reconcile, controller-runtime's own included), and for a reconcile a logger
-// with a trace slot (telemetry.ReconcileLogger). The reconcile's span fills
+// with a trace slot (telemetry.ReconcileLoggers). The reconcile's span fills
 // the slot, so controller-runtime's own lines of the reconcile, the
 // "Reconciler error" line above all, whose logger is built before the
 // reconcile runs, carry the reconcile's trace id like the reconcile's own.
 func reconcileLogs[req any](base logr.Logger, name string, keys func(*req) []any) func(*req) logr.Logger {
 	log := base.WithValues("controller", name)
+	forReconcile := telemetry.ReconcileLoggers(log)
 	return func(r *req) logr.Logger {
 		if r == nil {
 			return log
 		}
-		l := log
-		if keys != nil {
-			l = l.WithValues(keys(r)...)
+		if keys == nil {
+			return forReconcile()
 		}
-		return telemetry.ReconcileLogger(l)
+		return forReconcile(keys(r)...)
 	}
 }
 

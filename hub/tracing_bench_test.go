@@ -57,9 +57,10 @@ func BenchmarkTracingReconcilePath(b *testing.B) {
 	base := ctrl.LoggerInto(context.Background(), logger)
 	// baseFor is the context controller-runtime hands a reconcile: with a
 	// trace slot when the controllers are built with reconcileLogs.
+	reconcileLogger := telemetry.ReconcileLoggers(logger)
 	baseFor := func(slot bool) context.Context {
 		if slot {
-			return ctrl.LoggerInto(context.Background(), telemetry.ReconcileLogger(logger))
+			return ctrl.LoggerInto(context.Background(), reconcileLogger())
 		}
 		return base
 	}

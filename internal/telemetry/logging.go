@@ -17,7 +17,7 @@ const (
 
 // WithSpanLogger puts the span's trace and span ids into the context's
 // logger, so every log line of the reconcile can be found from its trace and
-// the other way round. A logger made by ReconcileLogger gets the ids in its
+// the other way round. A logger made by ReconcileLoggers gets the ids in its
 // trace slot: then the lines logged by the logger's other users (such as
 // controller-runtime's "Reconciler error" line, whose logger is built before
 // the reconcile starts) carry them too, and the context is returned as is.
@@ -36,23 +36,30 @@ func WithSpanLogger(ctx context.Context, span trace.Span) context.Context {
 	return ctrl.LoggerInto(ctx, log)
 }
 
-// ReconcileLogger gives log, the logger of one reconcile, a trace slot:
-// every line logged through it or a logger derived from it carries the
-// trace and span ids WithSpanLogger puts into the slot later, once the
-// reconcile has started its span. Controllers build their reconcile's
-// logger with it (LogConstructor), so the line controller-runtime logs with
-// that logger after the reconcile returned (the "Reconciler error" line) can
-// be found from the trace too.
-func ReconcileLogger(log logr.Logger) logr.Logger {
+// ReconcileLoggers returns the maker of reconcile loggers from log: each
+// logger it makes (log with kv) has a trace slot of its own, and every line
+// logged through it or a logger derived from it carries the trace and span
+// ids WithSpanLogger puts into the slot later, once the reconcile has
+// started its span. Controllers build their reconcile's logger with it
+// (LogConstructor), so the line controller-runtime logs with that logger
+// after the reconcile returned (the "Reconciler error" line) can be found
+// from the trace too. The sink's call depth is adjusted once, here.
+func ReconcileLoggers(log logr.Logger) func(kv ...any) logr.Logger {
 	sink := log.GetSink()
 	if sink == nil {
-		return log
+		return func(kv ...any) logr.Logger { return log.WithValues(kv...) }
 	}
 	if cd, ok := sink.(logr.CallDepthLogSink); ok {
 		// One frame more: traceSink's own method.
 		sink = cd.WithCallDepth(1)
 	}
-	return log.WithSink(&traceSink{LogSink: sink, slot: &traceSlot{}})
+	return func(kv ...any) logr.Logger {
+		s := sink
+		if len(kv) > 0 {
+			s = s.WithValues(kv...)
+		}
+		return log.WithSink(&traceSink{LogSink: s, slot: &traceSlot{}})
+	}
 }
 
 // traceSlot holds the ids of a reconcile's span once it started, rendered

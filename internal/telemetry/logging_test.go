@@ -42,7 +42,7 @@ func TestIDOnlyTracer(t *testing.T) {
 func TestReconcileLoggerTraceSlot(t *testing.T) {
 	g := NewWithT(t)
 	var buf bytes.Buffer
-	before := ReconcileLogger(zap.New(zap.WriteTo(&buf), zap.RawZapOpts(uberzap.AddCaller())).WithValues("controller", "c")).WithValues("reconcileID", "r1")
+	before := ReconcileLoggers(zap.New(zap.WriteTo(&buf), zap.RawZapOpts(uberzap.AddCaller())).WithValues("controller", "c"))("name", "n").WithValues("reconcileID", "r1")
 	before.Info("no span yet")
 	ctx, span := Tracer().Start(ctrl.LoggerInto(context.Background(), before), "s")
 	ctx = WithSpanLogger(ctx, span)
@@ -62,6 +62,7 @@ func TestReconcileLoggerTraceSlot(t *testing.T) {
 		g.Expect(m).To(HaveKeyWithValue("traceID", span.SpanContext().TraceID().String()), m["msg"])
 		g.Expect(m).To(HaveKeyWithValue("spanID", span.SpanContext().SpanID().String()))
 		g.Expect(m).To(HaveKeyWithValue("reconcileID", "r1"))
+		g.Expect(m).To(HaveKeyWithValue("name", "n"))
 		g.Expect(m["caller"]).To(ContainSubstring("logging_test.go"), "the caller is the test, not the sink")
 	}
 }
