@@ -22,6 +22,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
 
 // +kubebuilder:rbac:groups=fleetdb.io,resources=databasebackups,verbs=get;list;watch;update;patch
@@ -86,8 +87,11 @@ func (w *wiring) backupController() error {
 			MaxConcurrentReconciles: backupWorkers,
 			SkipNameValidation:      w.skipNames,
 			ReconciliationTimeout:   hubReconcileTimeout,
+			LogConstructor: reconcileLogs(w.mgr.GetLogger(), "databasebackup", func(req *mcreconcile.Request) []any {
+				return []any{"databaseBackup", req.NamespacedName.String()}
+			}),
 		}).
-		Complete(br)
+		Complete(tracedReconciler[mcreconcile.Request]{inner: br, tracer: telemetry.Tracer(), span: spanBackupReconcile})
 }
 
 // backupsOfDatabase maps a Database event to the unfinished (or deleting)
@@ -136,7 +140,6 @@ func (r *backupReconciler) Reconcile(ctx context.Context, req mcreconcile.Reques
 	if req.ClusterName != "" {
 		return ctrl.Result{}, nil
 	}
-	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("databaseBackup", req.NamespacedName.String()))
 	b := &fleetv1alpha1.DatabaseBackup{}
 	if err := r.hub.Get(ctx, req.NamespacedName, b); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -41,7 +41,8 @@ type databaseReconciler struct {
 	members *queueRef
 	// now is replaceable in tests.
 	now func() time.Time
-	// tracer starts the Database.Reconcile spans; nil when tracing is off.
+	// tracer starts the Database.Reconcile spans (telemetry.Tracer: spans with
+	// real ids also when no traces are exported); nil only in benchmarks.
 	tracer trace.Tracer
 	// tombstones record the members whose teardown was skipped.
 	tombstones *tombstones
@@ -101,7 +102,6 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 	}
 	ctx, span := r.startReconcileSpan(ctx, req.NamespacedName)
 	defer func() { endReconcileSpan(span, res, reterr) }()
-	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("database", req.NamespacedName.String()))
 
 	s, err := r.loadScope(ctx, req.NamespacedName)
 	if err != nil || s == nil {

@@ -39,7 +39,7 @@ type memberSyncReconciler struct {
 	recorder events.EventRecorder
 	// databases enqueues hub Database requests.
 	databases *queueRef
-	// tracer starts the Member.Sync spans; nil when tracing is off.
+	// tracer starts the Member.Sync spans (telemetry.Tracer); nil only in benchmarks.
 	tracer trace.Tracer
 	// lineage tells the syncs that carry a change out from later ones.
 	lineage syncLineage
@@ -63,7 +63,6 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 		return ctrl.Result{}, nil // parked: back in the queue when a sync of this member ends
 	}
 	defer r.releaseSlot(cluster)
-	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("cluster", cluster, "database", key.String()))
 	p := r.state.plan(key)
 	if p == nil {
 		// The Database controller has not planned this Database yet; it

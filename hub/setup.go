@@ -92,6 +92,9 @@ func (w *wiring) databaseController() error {
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
 			MaxConcurrentReconciles: w.opts.DatabaseWorkers,
 			SkipNameValidation:      w.skipNames,
+			LogConstructor: reconcileLogs(w.mgr.GetLogger(), "database", func(req *mcreconcile.Request) []any {
+				return []any{"database", req.NamespacedName.String()}
+			}),
 			// Every hub API call of a reconcile is bounded.
 			ReconciliationTimeout: hubReconcileTimeout,
 		}).
@@ -127,6 +130,9 @@ func (w *wiring) memberSyncController() error {
 			MaxConcurrentReconciles: w.opts.MemberWorkers,
 			ReconciliationTimeout:   w.opts.MemberCallTimeout,
 			SkipNameValidation:      w.skipNames,
+			LogConstructor: reconcileLogs(w.mgr.GetLogger(), "member-sync", func(req *mcreconcile.Request) []any {
+				return []any{"cluster", string(req.ClusterName), "database", req.NamespacedName.String()}
+			}),
 		}).
 		Complete(msr)
 }
@@ -140,8 +146,13 @@ func (w *wiring) sweepController() error {
 	return ctrl.NewControllerManagedBy(local).
 		Named("member-sweep").
 		WatchesRawSource(registrySource[reconcile.Request]{provider: w.provider, requests: sw.sweepRequests}).
-		WithOptions(controller.Options{MaxConcurrentReconciles: sweepWorkers, SkipNameValidation: w.skipNames}).
-		Complete(sw)
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: sweepWorkers, SkipNameValidation: w.skipNames,
+			LogConstructor: reconcileLogs(local.GetLogger(), "member-sweep", func(req *reconcile.Request) []any {
+				return []any{"namespace", req.Namespace, "name", req.Name}
+			}),
+		}).
+		Complete(tracedReconciler[reconcile.Request]{inner: sw, tracer: telemetry.Tracer(), span: spanSweep})
 }
 
 // databasesOnMember maps a registry change of a member to the Databases

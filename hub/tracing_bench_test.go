@@ -22,12 +22,17 @@ import (
 //
 //   - baseline: the code without tracing (logger enrichment, plan publishing,
 //     the sync's duration metric);
-//   - off: the same with the instrumentation as it runs when no
-//     OTEL_EXPORTER_OTLP_* endpoint is set (no provider installed: no tracer);
+//   - off-before: the instrumentation as it ran without an OTEL_EXPORTER_OTLP_*
+//     endpoint before spans got ids there (no tracer: nothing started);
 //   - noop: a no-op tracer provider installed (spans started and ended, never recorded);
-//   - unsampled: an SDK provider whose sampler drops everything;
-//   - recording: an SDK provider recording every span (exported by a batch
+//   - off: the instrumentation as it runs now without an endpoint
+//     (telemetry.Tracer's ID-only SDK provider: spans with real ids, never
+//     recorded, nothing exported; the reconcile's logger has a trace slot);
+//   - on: an SDK provider recording every span (exported by a batch
 //     processor to an exporter that drops them).
+//
+// Every variant logs one line per reconcile, as a reconcile that writes a
+// status does, to a JSON logger writing to io.Discard.
 //
 // Run it with: go test ./hub/ -run '^$' -bench TracingReconcilePath -benchmem.
 func BenchmarkTracingReconcilePath(b *testing.B) {
@@ -36,28 +41,37 @@ func BenchmarkTracingReconcilePath(b *testing.B) {
 	providers := []struct {
 		name   string
 		tracer func() trace.Tracer
+		slot   bool
 	}{
-		{"off", func() trace.Tracer { return nil }},
-		{"noop", func() trace.Tracer { return noop.NewTracerProvider().Tracer(telemetry.InstrumentationName) }},
-		{"unsampled", func() trace.Tracer {
-			return sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample())).Tracer(telemetry.InstrumentationName)
-		}},
-		{"recording", func() trace.Tracer {
+		{"off-before", func() trace.Tracer { return nil }, false},
+		{"noop", func() trace.Tracer { return noop.NewTracerProvider().Tracer(telemetry.InstrumentationName) }, false},
+		{"off", telemetry.Tracer, true},
+		{"on", func() trace.Tracer {
 			return sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(drop)).Tracer(telemetry.InstrumentationName)
-		}},
+		}, true},
 	}
 	key := types.NamespacedName{Namespace: "team-a", Name: "orders"}
 	targets := setOf([]string{"m1", "m2", "m3"})
 	// A real JSON logger, as in production; its output is discarded.
-	base := ctrl.LoggerInto(context.Background(), zap.New(zap.WriteTo(io.Discard)))
+	logger := zap.New(zap.WriteTo(io.Discard))
+	base := ctrl.LoggerInto(context.Background(), logger)
+	// baseFor is the context controller-runtime hands a reconcile: with a
+	// trace slot when the controllers are built with reconcileLogs.
+	reconcileLogger := telemetry.ReconcileLoggers(logger)
+	baseFor := func(slot bool) context.Context {
+		if slot {
+			return ctrl.LoggerInto(context.Background(), reconcileLogger())
+		}
+		return base
+	}
 
 	b.Run("database/baseline", func(b *testing.B) {
 		st := newState()
 		b.ReportAllocs()
 		for b.Loop() {
 			ctx := ctrl.LoggerInto(base, ctrl.LoggerFrom(base).WithValues("database", key.String()))
-			_ = ctx
 			st.setPlan(key, &plan{uid: "u", generation: 1, targets: targets})
+			ctrl.LoggerFrom(ctx).Info("Database status updated")
 		}
 	})
 	for _, p := range providers {
@@ -65,18 +79,23 @@ func BenchmarkTracingReconcilePath(b *testing.B) {
 			r := &databaseReconciler{state: newState(), tracer: p.tracer()}
 			b.ReportAllocs()
 			for b.Loop() {
-				ctx, span := r.startReconcileSpan(base, key)
+				ctx, span := r.startReconcileSpan(baseFor(p.slot), key)
 				ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("database", key.String()))
 				r.publish(ctx, key, &plan{uid: "u", generation: 1, targets: targets})
+				ctrl.LoggerFrom(ctx).Info("Database status updated")
 				endReconcileSpan(span, ctrl.Result{}, nil)
 			}
 		})
 	}
 
-	// With tracing off the Database reconcile publishes no traceparent.
+	// Without spans ids the Database reconcile publishes no traceparent;
+	// with the ID-only provider an unsampled one.
 	planFor := func(provider string) *plan {
 		p := &plan{uid: "u", generation: 1, targets: targets, allowed: targets}
-		if provider != "off" && provider != "noop" {
+		switch provider {
+		case "off":
+			p.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+		case "on":
 			p.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 		}
 		return p
@@ -86,7 +105,7 @@ func BenchmarkTracingReconcilePath(b *testing.B) {
 		for b.Loop() {
 			start := time.Now()
 			ctx := ctrl.LoggerInto(base, ctrl.LoggerFrom(base).WithValues("cluster", "m1", "database", key.String()))
-			_ = ctx
+			ctrl.LoggerFrom(ctx).Info("member synced")
 			telemetry.MemberSyncDuration.WithLabelValues("m1", outcomeSynced).Observe(time.Since(start).Seconds())
 		}
 	})
@@ -96,8 +115,10 @@ func BenchmarkTracingReconcilePath(b *testing.B) {
 			pl := planFor(p.name)
 			b.ReportAllocs()
 			for b.Loop() {
-				ctx := ctrl.LoggerInto(base, ctrl.LoggerFrom(base).WithValues("cluster", "m1", "database", key.String()))
-				_, s := m.startSync(ctx, "m1", key, pl, roleApply)
+				b0 := baseFor(p.slot)
+				ctx := ctrl.LoggerInto(b0, ctrl.LoggerFrom(b0).WithValues("cluster", "m1", "database", key.String()))
+				ctx, s := m.startSync(ctx, "m1", key, pl, roleApply)
+				ctrl.LoggerFrom(ctx).Info("member synced")
 				s.end(finished(outcomeSynced, nil))
 			}
 		})

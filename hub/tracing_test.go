@@ -14,9 +14,9 @@ import (
 	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
 
-// TestTracingOffTracesNothing: without a tracer (no OTEL endpoint) the
+// TestNoTracerTracesNothing: without a tracer (only in benchmarks now) the
 // reconcilers trace nothing and publish no traceparent.
-func TestTracingOffTracesNothing(t *testing.T) {
+func TestNoTracerTracesNothing(t *testing.T) {
 	g := NewWithT(t)
 	r := &databaseReconciler{state: newState()}
 	key := types.NamespacedName{Namespace: "a", Name: "b"}
@@ -30,6 +30,28 @@ func TestTracingOffTracesNothing(t *testing.T) {
 	m := &memberSyncReconciler{}
 	got, s := m.startSync(ctx, "m1", key, r.state.plan(key), roleApply)
 	g.Expect(got).To(BeIdenticalTo(ctx))
+	s.end(finished(outcomeSynced, nil))
+}
+
+// TestTracingOffHasIDs: with tracing off (no exporter: telemetry.Tracer's
+// ID-only provider) a reconcile's span has a real trace id, which its logger
+// and the plan's (unsampled) traceparent carry, and the member sync joins
+// that trace.
+func TestTracingOffHasIDs(t *testing.T) {
+	g := NewWithT(t)
+	r := &databaseReconciler{state: newState(), tracer: telemetry.Tracer()}
+	key := types.NamespacedName{Namespace: "a", Name: "b"}
+	ctx, span := r.startReconcileSpan(context.Background(), key)
+	sc := span.SpanContext()
+	g.Expect(sc.IsValid()).To(BeTrue())
+	g.Expect(span.IsRecording()).To(BeFalse())
+	r.publish(ctx, key, &plan{uid: "u", generation: 1, targets: setOf([]string{"m1"})})
+	endReconcileSpan(span, ctrl.Result{}, nil)
+	tp := r.state.plan(key).traceparent
+	g.Expect(tp).To(Equal("00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-00"))
+	m := &memberSyncReconciler{tracer: telemetry.Tracer()}
+	_, s := m.startSync(context.Background(), "m1", key, r.state.plan(key), roleApply)
+	g.Expect(s.span.SpanContext().TraceID()).To(Equal(sc.TraceID()), "the member sync joins the change's trace")
 	s.end(finished(outcomeSynced, nil))
 }
 

@@ -188,7 +188,8 @@ type SwitchoverStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	Message string `json:"message,omitempty"`
-	// TraceID of the switchover's trace, when tracing is on.
+	// TraceID of the switchover's trace (the trace of its step spans), set
+	// whether or not the hub exports traces.
 	// +optional
 	// +kubebuilder:validation:MaxLength=32
 	TraceID string `json:"traceID,omitempty"`

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -79,9 +80,10 @@ const (
 // environment variables and returns the function that flushes and stops it.
 //
 //   - OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT turns
-//     tracing on; without either (or with OTEL_SDK_DISABLED=true or
-//     OTEL_TRACES_EXPORTER=none) the global tracer provider stays the no-op
-//     one and tracing costs nothing.
+//     exporting on; without either (or with OTEL_SDK_DISABLED=true or
+//     OTEL_TRACES_EXPORTER=none) the global tracer provider is the ID-only
+//     one (see TracingOff): spans get real trace and span ids, for the log
+//     lines and member objects, and are neither recorded nor exported.
 //   - OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL picks
 //     the exporter: "grpc" or "http/protobuf" (the default, as the
 //     OpenTelemetry specification says). Headers, TLS, compression and timeout
@@ -100,6 +102,7 @@ func SetupTracing(ctx context.Context, version string) (shutdown func(context.Co
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	off := func(context.Context) error { return nil }
 	if !tracingRequested() {
+		TracingOff()
 		return off, nil
 	}
 	exp, err := newTraceExporter(ctx)
@@ -219,20 +222,34 @@ func (h *throttledErrorHandler) Handle(err error) {
 // defaultTracerProvider is the global provider before anyone installed one.
 var defaultTracerProvider = otel.GetTracerProvider()
 
-// Tracer is the tracer of fleetdb's spans, from the global provider; nil
-// while none was installed (no OTEL_EXPORTER_OTLP_* endpoint): the
-// reconcilers then skip tracing altogether, so that off costs nothing, not
-// even a no-op span. Tracing is thus decided when the controllers are set
-// up: SetupTracing runs before NewManager.
+// idOnlyProvider is the tracer provider of a hub that exports no traces: an
+// SDK provider without span processors whose sampler records nothing. Its
+// spans are not recorded (no attributes, events or export: the cost is the
+// ids and one small allocation, see docs/benchmarks.md) but have real trace
+// and span ids, children keep their parent's trace id, so every log line
+// of a reconcile carries a trace id an on-call engineer can follow one
+// change by, and the member objects carry a (not sampled) traceparent.
+var idOnlyProvider = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+
+// TracingOff installs the ID-only tracer provider as the global one: spans
+// with real ids, recorded and exported never.
+func TracingOff() {
+	otel.SetTracerProvider(idOnlyProvider)
+}
+
+// Tracer is the tracer of fleetdb's spans, from the global provider; the
+// ID-only provider's while none was installed (SetupTracing not called, as
+// in tests). Never nil. The controllers take it when they are set up:
+// SetupTracing runs before NewManager.
 func Tracer() trace.Tracer {
 	tp := otel.GetTracerProvider()
 	if tp == defaultTracerProvider {
-		return nil
+		tp = idOnlyProvider
 	}
 	return tp.Tracer(InstrumentationName)
 }
 
-// NoopSpan is the span of a reconcile when tracing is off.
+// NoopSpan is the span of a reconcile without a tracer.
 var NoopSpan = trace.SpanFromContext(context.Background())
 
 // TraceparentOf renders a span context as a W3C traceparent ("" when invalid).
@@ -240,14 +257,39 @@ func TraceparentOf(sc trace.SpanContext) string {
 	if !sc.IsValid() {
 		return ""
 	}
-	return fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
+	// 00-<32 hex>-<16 hex>-<2 hex>, without fmt: it runs on every change.
+	var b [55]byte
+	tid, sid := sc.TraceID(), sc.SpanID()
+	copy(b[:3], "00-")
+	hex.Encode(b[3:35], tid[:])
+	b[35] = '-'
+	hex.Encode(b[36:52], sid[:])
+	b[52] = '-'
+	hex.Encode(b[53:55], []byte{byte(sc.TraceFlags())})
+	return string(b[:])
 }
 
-// SpanContextOf parses a W3C traceparent; the zero SpanContext when it is not one.
+// SpanContextOf parses a W3C traceparent (version 00); the zero SpanContext
+// when it is not one.
 func SpanContextOf(traceparent string) trace.SpanContext {
-	if traceparent == "" {
+	if len(traceparent) != 55 || traceparent[:3] != "00-" || traceparent[35] != '-' || traceparent[52] != '-' {
 		return trace.SpanContext{}
 	}
-	carrier := propagation.MapCarrier{"traceparent": traceparent}
-	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier))
+	tid, err := trace.TraceIDFromHex(traceparent[3:35])
+	if err != nil {
+		return trace.SpanContext{}
+	}
+	sid, err := trace.SpanIDFromHex(traceparent[36:52])
+	if err != nil {
+		return trace.SpanContext{}
+	}
+	var flags [1]byte
+	if _, err := hex.Decode(flags[:], []byte(traceparent[53:55])); err != nil {
+		return trace.SpanContext{}
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags[0]) & trace.FlagsSampled, Remote: true})
+	if !sc.IsValid() {
+		return trace.SpanContext{}
+	}
+	return sc
 }

@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -30,20 +31,22 @@ func clearOTelEnv(t *testing.T) {
 func TestTracingOffWithoutEndpoint(t *testing.T) {
 	g := NewWithT(t)
 	clearOTelEnv(t)
-	before := otel.GetTracerProvider()
 	shutdown, err := SetupTracing(context.Background(), "v0")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(shutdown(context.Background())).To(Succeed())
-	g.Expect(otel.GetTracerProvider()).To(BeIdenticalTo(before), "no endpoint: the global provider stays as it is")
-	g.Expect(Tracer()).To(BeNil(), "without a provider the reconcilers get no tracer")
+	g.Expect(otel.GetTracerProvider()).To(BeIdenticalTo(idOnlyProvider), "no endpoint: the ID-only provider")
+	_, span := Tracer().Start(context.Background(), "s")
+	g.Expect(span.SpanContext().IsValid()).To(BeTrue(), "spans have real ids")
+	g.Expect(span.IsRecording()).To(BeFalse(), "and are not recorded")
 	ctx := context.Background()
 	g.Expect(WithSpanLogger(ctx, NoopSpan)).To(BeIdenticalTo(ctx), "no span: the logger is left alone")
 
+	otel.SetTracerProvider(noop.NewTracerProvider())
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
 	t.Setenv("OTEL_SDK_DISABLED", "true")
 	_, err = SetupTracing(context.Background(), "v0")
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(otel.GetTracerProvider()).To(BeIdenticalTo(before), "OTEL_SDK_DISABLED wins over an endpoint")
+	g.Expect(otel.GetTracerProvider()).To(BeIdenticalTo(idOnlyProvider), "OTEL_SDK_DISABLED wins over an endpoint")
 }
 
 func TestTracingRejectsUnknownProtocol(t *testing.T) {

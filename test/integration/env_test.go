@@ -26,7 +26,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -101,7 +100,8 @@ func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 // another one, as a restarted hub).
 func (e *env) startHub(opts envOptions) {
 	t, g := e.t, NewWithT(e.t)
-	hubCfg := rest.CopyConfig(e.fleet.Hub.Config)
+	// The hub runs as deploy/rbac's ServiceAccount; a 403 fails the test.
+	hubCfg := hubIdentity(t, e.ctx, e.fleet.Hub.Config, e.hub)
 	hubCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return e.writes.Wrap("hub", rt) })
 	if opts.hubWrap != nil {
 		hubCfg.Wrap(opts.hubWrap)

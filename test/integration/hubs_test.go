@@ -38,7 +38,7 @@ func startSecondHub(t *testing.T, e *env, members ...string) *secondHub {
 		registerOn(t, e.ctx, h.hub, m, e.fleet.Member(m).Kubeconfig, map[string]string{"name": m})
 	}
 	mgr, _, err := hub.NewManager(e.ctx, hub.Config{
-		Hub:     cp.Config,
+		Hub:     hubIdentity(t, e.ctx, cp.Config, cp.Client),
 		Options: hub.Options{HubNamespace: hubNS, MemberCallTimeout: memberCallTimeout},
 		Registry: clusters.Options{
 			ProbeInterval: 500 * time.Millisecond, ProbeTimeout: time.Second,

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/trace/noop"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -52,7 +50,7 @@ func TestTracing(t *testing.T) {
 		if err := shutdown(ctx); err != nil {
 			t.Errorf("flushing spans: %v", err)
 		}
-		otel.SetTracerProvider(noop.NewTracerProvider())
+		telemetry.TracingOff()
 	})
 
 	logs := &syncBuffer{}
@@ -200,9 +198,9 @@ func TestTracing(t *testing.T) {
 	g.Expect(reconcileLines).To(BeNumerically(">", 0), "the change's reconcile logged its status write")
 	g.Expect(syncLines).To(Equal(len(members)), "every member's apply is logged in the change's trace")
 	// No reconcile line without its trace (controller-runtime's own
-	// "Reconciler error" is logged outside the reconcile; it has the reconcileID).
+	// "Reconciler error" line included: it has the reconcileID).
 	for _, l := range lines {
-		if _, ok := l["reconcileID"]; !ok || l["msg"] == "Reconciler error" {
+		if _, ok := l["reconcileID"]; !ok {
 			continue
 		}
 		if c := l["controller"]; c != "database" && c != "member-sync" {
@@ -340,4 +338,73 @@ func (b *syncBuffer) jsonLines(t *testing.T) []map[string]any {
 		out = append(out, l)
 	}
 	return out
+}
+
+// TestTracingOffLogs proves the logging contract of a hub that exports no
+// traces (no OTEL_EXPORTER_OTLP_* endpoint): its spans still have real ids,
+// so every log line of a reconcile (the Database reconcile, the member
+// syncs, the DatabaseBackup controller, and controller-runtime's own
+// "Reconciler error" line) carries a traceID, and the member objects carry
+// the change's (unsampled) traceparent, whose trace id the hub's lines of
+// that change carry.
+func TestTracingOffLogs(t *testing.T) {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER"} {
+		t.Setenv(k, "")
+	}
+	shutdown, err := telemetry.SetupTracing(context.Background(), "tracing-off-test")
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = shutdown(context.Background()) })
+
+	logs := &syncBuffer{}
+	e := startEnvWith(t, envOptions{logs: logs}, "m1")
+	e.sim.enable("m1", true)
+	g := NewWithT(t)
+	ns := e.namespace("tracing-off")
+	g.Expect(e.hub.Create(e.ctx, newDB(ns, "orders", "m1"))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getDB(ns, "orders").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	var sts appsv1.StatefulSet
+	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "orders"}, &sts)).To(Succeed())
+	tp := sts.Annotations[fleetv1alpha1.AnnotationTraceparent]
+	g.Expect(tp).To(MatchRegexp(`^00-[0-9a-f]{32}-[0-9a-f]{16}-00$`), "a real, unsampled traceparent")
+	traceID := strings.Split(tp, "-")[1]
+
+	// A Database in a protected namespace stalls: a terminal error, which
+	// controller-runtime logs as "Reconciler error".
+	g.Expect(e.hub.Create(e.ctx, newDB("kube-system", "stalls", "m1"))).To(Succeed())
+	// A DatabaseBackup's reconciles: created (its Database is missing), deleted.
+	b := newBackup(ns, "nightly", "missing", fleetv1alpha1.BackupDeletionRetain)
+	g.Expect(e.hub.Create(e.ctx, b)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getBackup(g, ns, "nightly").Finalizers).NotTo(BeEmpty())
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.hub.Delete(e.ctx, b)).To(Succeed())
+	e.waitBackupGone(g, ns, "nightly")
+
+	g.Eventually(func(g Gomega) {
+		perController := map[string]int{}
+		var errorLines, changeLines int
+		for _, l := range logs.jsonLines(t) {
+			if _, ok := l["reconcileID"]; !ok {
+				continue // not a reconcile's line (start-up, sources)
+			}
+			g.Expect(l["traceID"]).To(MatchRegexp(`^[0-9a-f]{32}$`), "%v", l)
+			g.Expect(l["traceID"]).NotTo(Equal("00000000000000000000000000000000"), "%v", l)
+			g.Expect(l["spanID"]).To(MatchRegexp(`^[0-9a-f]{16}$`), "%v", l)
+			c, _ := l["controller"].(string)
+			perController[c]++
+			if l["msg"] == "Reconciler error" && c == "database" {
+				errorLines++
+			}
+			if l["traceID"] == traceID {
+				changeLines++
+			}
+		}
+		g.Expect(errorLines).To(BeNumerically(">", 0), "the stalled Database's Reconciler error line")
+		g.Expect(changeLines).To(BeNumerically(">", 0), "the change's lines carry the member objects' trace id")
+		g.Expect(perController).To(HaveKey("database"))
+		g.Expect(perController).To(HaveKey("member-sync"))
+		g.Expect(perController).To(HaveKey("databasebackup"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
