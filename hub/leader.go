@@ -25,12 +25,16 @@ const (
 	// LeaderElectionID is the name of the hub's Lease in the hub namespace
 	// (deploy/rbac/leader_election_role.yaml grants exactly that one).
 	LeaderElectionID = "fleetdb-hub.fleetdb.io"
-	// DefaultLeaseDuration, DefaultRenewDeadline and DefaultRetryPeriod are
-	// controller-runtime's: a standby takes over at most LeaseDuration plus
-	// RetryPeriod after the leader stopped renewing.
-	DefaultLeaseDuration = 15 * time.Second
-	DefaultRenewDeadline = 10 * time.Second
-	DefaultRetryPeriod   = 2 * time.Second
+	// DefaultLeaseDuration, DefaultRenewDeadline and DefaultRetryPeriod
+	// bound a takeover to about 20 s: a standby counts the lease duration
+	// from the last change of the Lease it saw and polls every retry period
+	// plus up to 120 % jitter, so it takes over within the lease duration
+	// plus two polls (12 + 2 x 3.3 s), and then connects to the members.
+	// (controller-runtime's 15 s / 10 s / 2 s reach 24 s.) The leader renews
+	// every 1.5 s: one small write to the hub API server.
+	DefaultLeaseDuration = 12 * time.Second
+	DefaultRenewDeadline = 8 * time.Second
+	DefaultRetryPeriod   = 1500 * time.Millisecond
 	// leaseJitter is client-go's JitterFactor: a renewal must fit retries.
 	leaseJitter = 1.2
 )
