@@ -69,8 +69,9 @@ func explain(ctx context.Context, o *options, name string) error {
 	}
 	w := o.streams.Out
 	now := time.Now()
-	explainSummary(w, &db)
-	explainConditions(w, &db)
+	if !explainSummary(w, &db) {
+		explainConditions(w, &db)
+	}
 	explainMembers(w, &db, now)
 	explainPlacement(w, &db, mcs.Items, nsObj.Labels)
 	for _, l := range db.Status.LeftBehind {
@@ -81,15 +82,17 @@ func explain(ctx context.Context, o *options, name string) error {
 	return nil
 }
 
-func explainSummary(w io.Writer, db *fleetv1alpha1.Database) {
+// explainSummary prints the first line and reports whether the Database is Ready.
+func explainSummary(w io.Writer, db *fleetv1alpha1.Database) bool {
 	ready := meta.FindStatusCondition(db.Status.Conditions, fleetv1alpha1.ConditionReady)
 	key := db.Namespace + "/" + db.Name
 	if ready != nil && ready.Status == metav1.ConditionTrue && db.Status.ObservedGeneration == db.Generation {
 		fmt.Fprintf(w, "Database %s is Ready on generation %d: %s members ready.\n", key, db.Generation, db.Status.ReadySummary)
-		return
+		return true
 	}
 	fmt.Fprintf(w, "Database %s is not Ready: phase %s, %s members ready, generation %d (observed %d).\n",
 		key, dash(string(db.Status.Phase)), dash(db.Status.ReadySummary), db.Generation, db.Status.ObservedGeneration)
+	return false
 }
 
 // failing is the order in which conditions explain a Database that is not
@@ -129,7 +132,7 @@ func explainConditions(w io.Writer, db *fleetv1alpha1.Database) {
 		}
 	}
 	if len(lines) == 0 {
-		fmt.Fprintln(w, "Conditions: none failing (the hub has not reported on this generation yet?)")
+		fmt.Fprintln(w, "Conditions: none failing yet (the hub has not reported on this generation)")
 		return
 	}
 	fmt.Fprintln(w, "Failing conditions:")

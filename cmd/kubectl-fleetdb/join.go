@@ -37,17 +37,17 @@ const (
 // joinOptions are join's flags.
 type joinOptions struct {
 	*options
-	name               string
-	memberKubeconfig   string
-	memberContext      string
-	server             string
-	labels             string
-	allNamespaces      bool
-	namespaceLabels    string
-	replicationHost    string
-	replicationPort    int32
-	timeout            secondsOrDuration
-	wait               bool
+	name             string
+	memberKubeconfig string
+	memberContext    string
+	server           string
+	labels           string
+	allNamespaces    bool
+	namespaceLabels  string
+	replicationHost  string
+	replicationPort  int32
+	timeout          secondsOrDuration
+	wait             bool
 }
 
 func newJoinCommand(o *options) *cobra.Command {

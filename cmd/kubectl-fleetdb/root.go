@@ -86,9 +86,16 @@ func newRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Short: "Join member clusters to a fleetdb hub; show, explain and drain the fleet",
 		Long: `kubectl fleetdb works on a fleetdb hub: --kubeconfig, --context and -n select
 the hub and the namespace of its Databases, as for kubectl.`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		SilenceUsage:      true,
+		SilenceErrors:     true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.SetOut(streams.Out)
 	cmd.SetErr(streams.ErrOut)

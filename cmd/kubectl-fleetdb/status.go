@@ -115,7 +115,9 @@ func (s *statusOptions) gather(ctx context.Context, c client.Client, ns, name st
 	}
 	if name != "" {
 		var db fleetv1alpha1.Database
-		if err := s.call(ctx, func(ctx context.Context) error { return c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &db) }); err != nil {
+		if err := s.call(ctx, func(ctx context.Context) error {
+			return c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &db)
+		}); err != nil {
 			return nil, fmt.Errorf("reading Database %s/%s: %w", ns, name, err)
 		}
 		v.dbs = []fleetv1alpha1.Database{db}

@@ -59,6 +59,8 @@ var suite struct {
 	skip  string
 	fleet *Fleet
 	hub   *localfleet.HubProcess
+	// workDir is the suite's work folder (binaries it builds go there).
+	workDir string
 }
 
 func TestMain(m *testing.M) {
@@ -285,7 +287,7 @@ func (e *suiteEnv) setUp() error {
 	if err := waitForMembersReady(ctx, f, e.hub, 3*time.Minute); err != nil {
 		return err
 	}
-	suite.fleet, suite.hub = f, e.hub
+	suite.fleet, suite.hub, suite.workDir = f, e.hub, e.workDir
 	return nil
 }
 
@@ -480,6 +482,16 @@ func TestCNPGMissing(t *testing.T) {
 
 func TestTopology(t *testing.T) {
 	TopologySpec(specContext(t), TopologyInput{T: t, Fleet: suite.fleet})
+}
+
+func TestCLI(t *testing.T) {
+	ctx := specContext(t)
+	CLISpec(ctx, CLIInput{T: t, Fleet: suite.fleet, CLI: BuildCLI(ctx, t, suite.workDir)})
+}
+
+func TestCLIWatch(t *testing.T) {
+	ctx := specContext(t)
+	CLIWatchSpec(ctx, CLIInput{T: t, Fleet: suite.fleet, CLI: BuildCLI(ctx, t, suite.workDir)})
 }
 
 func TestUnreachable(t *testing.T) {
