@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -208,7 +209,7 @@ func admitted(members []fleetv1alpha1.MemberCluster, nsLabels map[string]string)
 	return out
 }
 
-func printDrainPreview(w interface{ Write([]byte) (int, error) }, member string, impacts []drainImpact) {
+func printDrainPreview(w io.Writer, member string, impacts []drainImpact) {
 	var moved, held []drainImpact
 	for _, im := range impacts {
 		if im.held {

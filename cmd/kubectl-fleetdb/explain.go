@@ -179,24 +179,7 @@ func explainPlacement(w io.Writer, db *fleetv1alpha1.Database, members []fleetv1
 	}
 	var lines []string
 	for _, name := range db.Spec.Placement.ClusterNames {
-		m := byName[name]
-		var why []string
-		switch {
-		case m == nil:
-			why = append(why, "not registered (no MemberCluster "+name+")")
-		default:
-			if !allowed[name] {
-				why = append(why, "its spec.namespaceSelector does not admit namespace "+db.Namespace)
-			}
-			if m.Spec.Drain {
-				why = append(why, "draining")
-			} else if m.Spec.Unschedulable {
-				why = append(why, "cordoned (no new placements)")
-			}
-			if r := meta.FindStatusCondition(m.Status.Conditions, fleetv1alpha1.MemberConditionReady); r == nil || r.Status != metav1.ConditionTrue {
-				why = append(why, "not Ready")
-			}
-		}
+		why := memberProblems(byName[name], name, db.Namespace, allowed[name])
 		if len(why) > 0 {
 			lines = append(lines, fmt.Sprintf("  %s: %s", name, strings.Join(why, "; ")))
 		}
@@ -208,6 +191,26 @@ func explainPlacement(w io.Writer, db *fleetv1alpha1.Database, members []fleetv1
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
 	}
+}
+
+// memberProblems says what keeps a named member from running a Database of namespace ns.
+func memberProblems(m *fleetv1alpha1.MemberCluster, name, ns string, allowed bool) []string {
+	if m == nil {
+		return []string{"not registered (no MemberCluster " + name + ")"}
+	}
+	var why []string
+	if !allowed {
+		why = append(why, "its spec.namespaceSelector does not admit namespace "+ns)
+	}
+	if m.Spec.Drain {
+		why = append(why, "draining")
+	} else if m.Spec.Unschedulable {
+		why = append(why, "cordoned (no new placements)")
+	}
+	if r := meta.FindStatusCondition(m.Status.Conditions, fleetv1alpha1.MemberConditionReady); r == nil || r.Status != metav1.ConditionTrue {
+		why = append(why, "not Ready")
+	}
+	return why
 }
 
 // recentEvents are the Database's Events, newest last.

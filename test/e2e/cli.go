@@ -28,8 +28,8 @@ import (
 	"github.com/fleetdb/fleetdb/test/fleet"
 )
 
-// updateGolden rewrites the CLI specs' golden files instead of comparing:
-// go test ./test/e2e/ -run 'TestCLI$' -args -update
+// updateGolden rewrites the CLI specs' golden files instead of comparing
+// (go test ./test/e2e/ -run 'TestCLI$' -args -update).
 var updateGolden = flag.Bool("update", false, "rewrite the golden files of the CLI specs (testdata/cli)")
 
 var cliBuild struct {
