@@ -19,6 +19,7 @@ import (
 	. "github.com/onsi/gomega" //nolint:staticcheck // ST1001: gomega's DSL reads as assertions, as in Cluster API's test/framework
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
@@ -251,6 +252,7 @@ func CLISpec(ctx context.Context, in CLIInput) {
 	g.Expect(after.Generation).To(Equal(before.Generation), "a refused unjoin changed the MemberCluster")
 
 	cliJoinAgain(ctx, in, ns, f.Members[0])
+	cliUnjoinForce(ctx, in, ns, f.Members[1], orders, []string{m1, m2})
 
 	for _, args := range [][]string{{"drain"}, {"status", "-o", "xml"}, {"join", "x"}, {"nope"}} {
 		g.Expect(runCLI(ctx, in, args...).code).To(Equal(2), "usage error: kubectl fleetdb %s", strings.Join(args, " "))
@@ -380,12 +382,10 @@ func managerTime(obj client.Object, manager string) string {
 	return ""
 }
 
-// cliJoinAgain runs join for a registered member with its registration as
-// it is (labels, namespace selector, replication, server): nothing changes
-// on the hub or in the member, and join waits for the member to be Ready.
-func cliJoinAgain(ctx context.Context, in CLIInput, ns string, member *Cluster) {
-	t, f := in.T, in.Fleet
-	g := NewWithT(t)
+// joinArgs are the join arguments that reproduce a member's registration
+// as the hub holds it (labels, namespace selector, replication, the server
+// in its kubeconfig Secret).
+func joinArgs(ctx context.Context, g Gomega, f *Fleet, member *Cluster) []string {
 	var mc fleetv1alpha1.MemberCluster
 	g.Expect(f.Hub.Client.Get(ctx, types.NamespacedName{Name: member.Name}, &mc)).To(Succeed())
 	var secret corev1.Secret
@@ -415,6 +415,20 @@ func cliJoinAgain(ctx context.Context, in CLIInput, ns string, member *Cluster) 
 	if r := mc.Spec.Replication; r != nil {
 		args = append(args, "--replication-host-template", r.HostTemplate, "--replication-port", fmt.Sprint(r.EffectivePort()))
 	}
+	return args
+}
+
+// cliJoinAgain runs join for a registered member with its registration as
+// it is: nothing changes on the hub or in the member, and join waits for
+// the member to be Ready.
+func cliJoinAgain(ctx context.Context, in CLIInput, ns string, member *Cluster) {
+	t, f := in.T, in.Fleet
+	g := NewWithT(t)
+	args := joinArgs(ctx, g, f, member)
+	var mc fleetv1alpha1.MemberCluster
+	g.Expect(f.Hub.Client.Get(ctx, types.NamespacedName{Name: member.Name}, &mc)).To(Succeed())
+	var secret corev1.Secret
+	g.Expect(f.Hub.Client.Get(ctx, types.NamespacedName{Namespace: envOr("FLEETDB_E2E_HUB_NAMESPACE", "fleetdb-system"), Name: mc.Spec.KubeconfigSecretRef.Name}, &secret)).To(Succeed())
 	identity := func() []string {
 		var sa corev1.ServiceAccount
 		var token corev1.Secret
@@ -437,4 +451,40 @@ func cliJoinAgain(ctx context.Context, in CLIInput, ns string, member *Cluster) 
 	g.Expect(f.Hub.Client.Get(ctx, client.ObjectKeyFromObject(&secret), &secretAfter)).To(Succeed())
 	g.Expect(secretAfter.ResourceVersion).To(Equal(secret.ResourceVersion), "join run again changed the kubeconfig Secret")
 	g.Expect(identity()).To(Equal(beforeIdentity), "join run again changed the identity in the member")
+}
+
+// cliUnjoinForce unjoins a member on which orders is placed with --force
+// and its member kubeconfig: the registration and the identity go, orders'
+// objects stay in the member and its status lists them in leftBehind. Then
+// the member is joined again as it was (a new token) and orders is Ready on
+// it again.
+func cliUnjoinForce(ctx context.Context, in CLIInput, ns string, member *Cluster, orders types.NamespacedName, ordersMembers []string) {
+	t, f := in.T, in.Fleet
+	g := NewWithT(t)
+	args := joinArgs(ctx, g, f, member)
+	t.Cleanup(func() {
+		// Whatever happened, the next specs need the member registered.
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := f.Hub.Client.Get(cctx, types.NamespacedName{Name: member.Name}, &fleetv1alpha1.MemberCluster{}); err != nil {
+			runCLI(cctx, in, args...)
+		}
+	})
+	expectCLI(ctx, in, ns, 0, "unjoin-force", "unjoin", member.Name, "--force", "--member-kubeconfig", member.Kubeconfig)
+	err := f.Hub.Client.Get(ctx, types.NamespacedName{Name: member.Name}, &fleetv1alpha1.MemberCluster{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the MemberCluster is still there: %v", err)
+	err = f.Hub.Client.Get(ctx, types.NamespacedName{Namespace: envOr("FLEETDB_E2E_HUB_NAMESPACE", "fleetdb-system"), Name: member.Name + "-kubeconfig"}, &corev1.Secret{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the kubeconfig Secret is still there: %v", err)
+	err = member.Client.Get(ctx, types.NamespacedName{Namespace: "fleetdb-system", Name: "fleetdb-hub-agent"}, &corev1.ServiceAccount{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the identity is still in the member: %v", err)
+	g.Expect(member.Client.Get(ctx, types.NamespacedName{Name: "fleetdb-system"}, &corev1.Namespace{})).To(Succeed(), "unjoin keeps the member's fleetdb-system Namespace")
+	g.Eventually(func(g Gomega) {
+		db := GetDatabase(ctx, g, f, orders)
+		g.Expect(db.Status.LeftBehind).To(ContainElement(HaveField("Cluster", member.Name)))
+	}).WithContext(ctx).WithTimeout(f.Intervals.Ready).WithPolling(f.Intervals.Poll).Should(Succeed())
+	g.Expect(member.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "orders-credentials"}, &corev1.Secret{})).To(Succeed(), "orders' objects stay in the member")
+
+	res := runCLI(ctx, in, args...)
+	g.Expect(res.code).To(Equal(0), res.stderr)
+	WaitForDatabaseReady(ctx, WaitForDatabaseReadyInput{T: t, Fleet: f, Key: orders, Members: ordersMembers, Replicas: 1})
 }
