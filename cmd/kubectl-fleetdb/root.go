@@ -73,7 +73,7 @@ func Execute(args []string, streams genericiooptions.IOStreams) int {
 	}
 	var usage usageError
 	if errors.As(err, &usage) {
-		fmt.Fprintf(streams.ErrOut, "Run '%s --help' for usage.\n", cmd.Name())
+		fmt.Fprintf(streams.ErrOut, "Run '%s --help' for usage.\n", cmd.DisplayName())
 		return exitUsage
 	}
 	return exitError
@@ -86,6 +86,8 @@ func newRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Short: "Join member clusters to a fleetdb hub; show, explain and drain the fleet",
 		Long: `kubectl fleetdb works on a fleetdb hub: --kubeconfig, --context and -n select
 the hub and the namespace of its Databases, as for kubectl.`,
+		// kubectl runs the plugin as `kubectl fleetdb`: help says so.
+		Annotations:       map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl fleetdb"},
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
