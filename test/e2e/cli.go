@@ -231,18 +231,33 @@ func CLISpec(ctx context.Context, in CLIInput) {
 	for _, db := range dbs {
 		g.Expect(f.Hub.Client.Create(ctx, db)).To(Succeed())
 	}
-	orders, roaming, solo, broken := client.ObjectKeyFromObject(dbs[0]), client.ObjectKeyFromObject(dbs[1]), client.ObjectKeyFromObject(dbs[2]), client.ObjectKeyFromObject(dbs[3])
+	orders, roaming, solo, broken, ledger := client.ObjectKeyFromObject(dbs[0]), client.ObjectKeyFromObject(dbs[1]),
+		client.ObjectKeyFromObject(dbs[2]), client.ObjectKeyFromObject(dbs[3]), client.ObjectKeyFromObject(dbs[4])
 	WaitForDatabaseReady(ctx, WaitForDatabaseReadyInput{T: t, Fleet: f, Key: orders, Members: []string{m1, m2}, Replicas: 1})
 	WaitForDatabaseReady(ctx, WaitForDatabaseReadyInput{T: t, Fleet: f, Key: roaming, Members: []string{m1}, Replicas: 1})
 	WaitForDatabaseReady(ctx, WaitForDatabaseReadyInput{T: t, Fleet: f, Key: solo, Members: []string{m1}, Replicas: 1})
 	waitPlacedFalse(ctx, in, broken)
+	WaitForDatabaseReady(ctx, WaitForDatabaseReadyInput{T: t, Fleet: f, Key: ledger, Members: []string{m1, m2}, Replicas: 1})
+	g.Eventually(func(g Gomega) {
+		db := GetDatabase(ctx, g, f, ledger)
+		g.Expect(Condition(db.Status.Conditions, fleetv1alpha1.ConditionTopologyStable).Status).To(Equal(metav1.ConditionTrue))
+	}).WithContext(ctx).WithTimeout(f.Intervals.Ready).WithPolling(f.Intervals.Poll).Should(Succeed())
 
 	expectCLI(ctx, in, ns, 0, "status", "status", "-n", ns)
 	expectCLI(ctx, in, ns, 0, "status-orders-wide", "status", "orders", "-n", ns, "-o", "wide")
 	expectStatusJSON(ctx, in, orders, m1, m2)
 	expectCLI(ctx, in, ns, 0, "explain-broken", "explain", "broken", "-n", ns)
+	// A Ready Database's explain: its members with their roles and its
+	// Events (the hub's CertificatesIssued; which others come and when is
+	// up to the hub, so this one is not compared with a golden file).
+	res := runCLI(ctx, in, "explain", "ledger", "-n", ns)
+	g.Expect(res.code).To(Equal(0), res.stderr)
+	g.Expect(res.stdout).To(ContainSubstring("Database " + ns + "/ledger is Ready"))
+	g.Expect(res.stdout).To(ContainSubstring("  " + m1 + ": Ready, 1/1 replicas ready, generation 1/1"))
+	g.Expect(res.stdout).To(ContainSubstring("role Primary"))
+	g.Expect(res.stdout).To(MatchRegexp(`Recent Events:\n(.*\n)*  \S+ ago  Normal  CertificatesIssued: `))
 
-	cliDrain(ctx, in, ns, m1, m2, orders, roaming, solo)
+	cliDrain(ctx, in, ns, m1, m2, orders, roaming, solo, ledger)
 
 	var before fleetv1alpha1.MemberCluster
 	g.Expect(f.Hub.Client.Get(ctx, types.NamespacedName{Name: m2}, &before)).To(Succeed())
@@ -261,7 +276,8 @@ func CLISpec(ctx context.Context, in CLIInput) {
 
 // cliDatabases are the spec's Databases: orders on both members, roaming
 // on one member chosen by label, solo on the first member only (its data
-// deleted when it leaves), broken on a member that is not registered.
+// deleted when it leaves), broken on a member that is not registered,
+// ledger a PrimaryStandby Database with its primary on the first member.
 func cliDatabases(ns, m1, m2 string) []*fleetv1alpha1.Database {
 	orders := NewDatabase(ns, "orders", 1, []string{m1, m2})
 	roaming := NewDatabase(ns, "roaming", 1, nil)
@@ -272,7 +288,9 @@ func cliDatabases(ns, m1, m2 string) []*fleetv1alpha1.Database {
 	solo := NewDatabase(ns, "solo", 1, []string{m1})
 	solo.Spec.Teardown.OnPlacementRemoval = fleetv1alpha1.PlacementRemovalDelete
 	broken := NewDatabase(ns, "broken", 1, []string{"e2e-not-registered"})
-	return []*fleetv1alpha1.Database{orders, roaming, solo, broken}
+	ledger := NewDatabase(ns, "ledger", 1, []string{m1, m2})
+	ledger.Spec.Topology = &fleetv1alpha1.TopologySpec{Mode: fleetv1alpha1.TopologyPrimaryStandby, PrimaryCluster: m1}
+	return []*fleetv1alpha1.Database{orders, roaming, solo, broken, ledger}
 }
 
 func waitPlacedFalse(ctx context.Context, in CLIInput, key types.NamespacedName) {
@@ -325,8 +343,9 @@ func expectStatusJSON(ctx context.Context, in CLIInput, key types.NamespacedName
 }
 
 // cliDrain previews a drain of m1 (nothing changes), drains it with --yes
-// (the Databases leave it as the preview said), then uncordons it.
-func cliDrain(ctx context.Context, in CLIInput, ns, m1, m2 string, orders, roaming, solo types.NamespacedName) {
+// (the Databases leave it as the preview said, but for the PrimaryStandby
+// primary, which stays), then uncordons it.
+func cliDrain(ctx context.Context, in CLIInput, ns, m1, m2 string, orders, roaming, solo, ledger types.NamespacedName) {
 	t, f := in.T, in.Fleet
 	g := NewWithT(t)
 	var before fleetv1alpha1.MemberCluster
@@ -360,6 +379,12 @@ func cliDrain(ctx context.Context, in CLIInput, ns, m1, m2 string, orders, roami
 		}
 	}).WithContext(ctx).WithTimeout(f.Intervals.Ready).WithPolling(f.Intervals.Poll).Should(Succeed())
 	waitPlacedFalse(ctx, in, solo)
+	// The preview said ledger keeps its primary on m1: the hub keeps it there.
+	g.Eventually(func(g Gomega) {
+		db := GetDatabase(ctx, g, f, ledger)
+		g.Expect(ClusterEntry(db, m1)).NotTo(BeNil(), "a drain dropped the PrimaryStandby primary")
+		g.Expect(Condition(db.Status.Conditions, fleetv1alpha1.ConditionPlaced).Message).To(ContainSubstring("draining but kept (primary: switch it over first): " + m1))
+	}).WithContext(ctx).WithTimeout(f.Intervals.Ready).WithPolling(f.Intervals.Poll).Should(Succeed())
 	// onPlacementRemoval Retain (orders' default) keeps the credentials in m1.
 	g.Expect(f.Member(m1).Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "orders-credentials"}, &corev1.Secret{})).To(Succeed())
 	expectCLI(ctx, in, ns, 0, "status-drained", "status", "-n", ns)
