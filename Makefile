@@ -21,8 +21,9 @@ generate: ## Regenerate deepcopy code, CRDs and RBAC from markers.
 	$(CONTROLLER_GEN) rbac:roleName=fleetdb-hub paths="./hub/...;./clusters/..." output:rbac:artifacts:config=deploy/rbac
 
 .PHONY: build
-build:
+build: ## Build everything, and bin/kubectl-fleetdb (the kubectl plugin: put bin/ on PATH).
 	$(GO) build ./...
+	$(GO) build -o bin/kubectl-fleetdb ./cmd/kubectl-fleetdb
 
 .PHONY: vet
 vet:
@@ -82,6 +83,7 @@ kind-up: ## Create the kind hub and members, install the CRDs on the hub, the Cl
 	$(KUBECTL) --kubeconfig $(KIND_OUT)/hub.kubeconfig apply --server-side -k deploy/crds
 	$(KUBECTL) --kubeconfig $(KIND_OUT)/hub.kubeconfig wait --for=condition=Established --timeout=60s \
 	  crd/databases.fleetdb.io crd/memberclusters.fleetdb.io
+	$(GO) build -o bin/kubectl-fleetdb ./cmd/kubectl-fleetdb
 	KUBECTL=$(KUBECTL) hack/cnpg.sh operator >$(KIND_OUT)/cnpg-operator.yaml
 	for m in $(KIND_MEMBERS); do \
 	  $(KUBECTL) --kubeconfig $(KIND_OUT)/$$m.kubeconfig apply --server-side --force-conflicts -f $(KIND_OUT)/cnpg-operator.yaml >/dev/null && \
@@ -92,9 +94,9 @@ kind-up: ## Create the kind hub and members, install the CRDs on the hub, the Cl
 	    -o jsonpath='{range .items[?(@.metadata.annotations.storageclass\.kubernetes\.io/is-default-class=="true")]}{.metadata.name}{end}'); \
 	  test -n "$$sc" || { echo "kind-up: $$m has no default StorageClass (kind ships local-path 'standard')"; exit 1; }; \
 	  name=$$(sed -n 's/^name: *//p' kind-configs/$$m.yaml); \
-	  KUBECTL=$(KUBECTL) hack/join-member.sh --name $$m \
+	  bin/kubectl-fleetdb join $$m \
 	    --member-kubeconfig $(KIND_OUT)/$$m.kubeconfig --hub-kubeconfig $(KIND_OUT)/hub.kubeconfig \
-	    --server https://$$name-control-plane:6443 --labels $(KIND_MEMBER_LABELS) --all-namespaces; \
+	    --server https://$$name-control-plane:6443 --labels $(KIND_MEMBER_LABELS) --all-namespaces --wait=false || exit 1; \
 	done
 
 .PHONY: kind-load

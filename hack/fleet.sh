@@ -172,13 +172,17 @@ YAML
 
 # register joins a member with the hub's own identity (deploy/member's
 # ServiceAccount, least-privilege RBAC and admission policy), exactly as a real
-# fleet is joined: every run proves that identity is enough.
+# fleet is joined, with `kubectl fleetdb join` (built from cmd/kubectl-fleetdb
+# into FLEET_DIR/bin): every run proves the join path and that identity. The
+# hub may not run yet, so join does not wait for the member to be Ready.
 register() {
-	local c=$1 i=$2
-	KUBECTL="$KUBECTL" "$root/hack/join-member.sh" --name "$c" \
-		--member-kubeconfig "$(kubeconfig "$c")" --hub-kubeconfig "$(kubeconfig hub)" \
+	local c=$1 i=$2 cli="$FLEET_DIR/bin/kubectl-fleetdb"
+	# Built once per `up`, before the first member: always the checkout's CLI.
+	if [ "$i" = 1 ]; then (cd "$root" && go build -o "$cli" ./cmd/kubectl-fleetdb); fi
+	"$cli" join "$c" --kubeconfig "$(kubeconfig hub)" --member-kubeconfig "$(kubeconfig "$c")" \
 		--hub-namespace "$HUB_NS" --labels "fleetdb.io/sample=true,region=region-$i,tier=prod" \
-		--all-namespaces --replication-host-template "\$(DATABASE)-rw.\$(NAMESPACE).$c.fleet.local" >/dev/null
+		--all-namespaces --replication-host-template "\$(DATABASE)-rw.\$(NAMESPACE).$c.fleet.local" \
+		--wait=false >/dev/null
 }
 
 up() {

@@ -69,6 +69,8 @@ var suite struct {
 	hubs *localfleet.HubSet
 	// audit is the local fleet (its API servers' audit logs); nil elsewhere.
 	audit *localfleet.Fleet
+	// workDir is the suite's work folder (binaries it builds go there).
+	workDir string
 }
 
 func TestMain(m *testing.M) {
@@ -309,7 +311,7 @@ func (e *suiteEnv) setUp() error {
 	if err := waitForMembersReady(ctx, f, e.hubs, 3*time.Minute); err != nil {
 		return err
 	}
-	suite.fleet, suite.hubs, suite.audit = f, e.hubs, e.local
+	suite.fleet, suite.hubs, suite.audit, suite.workDir = f, e.hubs, e.local, e.workDir
 	return nil
 }
 
@@ -520,16 +522,20 @@ func TestFailover(t *testing.T) {
 	FailoverSpec(specContext(t), in)
 }
 
+func TestCLI(t *testing.T) {
+	ctx := specContext(t)
+	CLISpec(ctx, CLIInput{T: t, Fleet: suite.fleet, CLI: BuildCLI(ctx, t, suite.workDir)})
+}
+
+func TestCLIWatch(t *testing.T) {
+	ctx := specContext(t)
+	CLIWatchSpec(ctx, CLIInput{T: t, Fleet: suite.fleet, CLI: BuildCLI(ctx, t, suite.workDir)})
+}
+
 func TestUnreachable(t *testing.T) {
 	UnreachableSpec(specContext(t), UnreachableInput{T: t, Fleet: suite.fleet})
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}
 
 func cmpOr(v, def string) string {
 	if v == "" {

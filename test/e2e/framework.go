@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -566,4 +567,12 @@ func DumpOnFailure(t testing.TB, f *Fleet, namespace string) {
 			}
 		}
 	})
+}
+
+// envOr is the environment variable key, or def when it is unset or empty.
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }

@@ -2,8 +2,6 @@ package manifests
 
 import (
 	"os/exec"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
@@ -197,32 +195,23 @@ func TestMemberBase(t *testing.T) {
 	})
 }
 
-// TestJoinMemberScript keeps hack/join-member.sh consistent with deploy/member
-// and free of shell errors.
-func TestJoinMemberScript(t *testing.T) {
+// TestJoinWiring keeps the local fleet and kind-up joining members with
+// `kubectl fleetdb join` (cmd/kubectl-fleetdb, which embeds deploy/member:
+// see deploy/member's own test), and the removed join script out of the tree.
+func TestJoinWiring(t *testing.T) {
 	g := NewWithT(t)
-	script := readFile(t, "hack/join-member.sh")
-	g.Expect(strings.HasPrefix(script, "#!/usr/bin/env bash\n")).To(BeTrue(), "a bash script")
-	g.Expect(strings.Contains(script, `-k "$root/deploy/member"`)).To(BeTrue(), "it applies deploy/member")
-	g.Expect(regexp.MustCompile(`(?m)^secret=`+regexp.QuoteMeta(agentSecret)+`$`).MatchString(script)).To(BeTrue(), "it waits for deploy/member's token Secret")
-	g.Expect(strings.Contains(script, `"$name-kubeconfig"`)).To(BeTrue(), "the Secret name the samples and docs use")
-	g.Expect(strings.Contains(script, "kubeconfig=")).To(BeTrue(), "the Secret key the MemberCluster points at")
-	for _, opt := range []string{"--name", "--member-kubeconfig", "--hub-kubeconfig", "--labels", "--server"} {
-		g.Expect(strings.Contains(script, opt+")")).To(BeTrue(), "option %s", opt)
+	fleet := readFile(t, "hack/fleet.sh")
+	g.Expect(fleet).To(ContainSubstring("go build -o \"$cli\" ./cmd/kubectl-fleetdb"))
+	g.Expect(fleet).To(MatchRegexp(`"\$cli" join "\$c" `), "hack/fleet.sh registers members with kubectl-fleetdb join")
+	mk := readFile(t, "Makefile")
+	g.Expect(mk).To(ContainSubstring("bin/kubectl-fleetdb join $$m"), "kind-up joins with kubectl-fleetdb")
+	for _, f := range []string{"hack/fleet.sh", "Makefile", "README.md", "deploy/member/kustomization.yaml", "kind-configs/README.md"} {
+		g.Expect(strings.Contains(readFile(t, f), "join-member.sh")).To(BeFalse(), "%s still mentions the removed hack/join-member.sh", f)
 	}
-	g.Expect(strings.Contains(script, "${KUBECTL:-kubectl}")).To(BeTrue())
-
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		t.Skip("no bash")
 	}
-	out, err := exec.Command(bash, "-n", path(t, "hack/join-member.sh")).CombinedOutput()
+	out, err := exec.Command(bash, "-n", path(t, "hack/fleet.sh")).CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "bash -n: %s", out)
-	if sc, err := exec.LookPath("shellcheck"); err == nil {
-		out, err := exec.Command(sc, path(t, "hack/join-member.sh")).CombinedOutput()
-		g.Expect(err).NotTo(HaveOccurred(), "shellcheck: %s", out)
-	} else {
-		t.Log("shellcheck not installed; only bash -n ran")
-	}
-	g.Expect(slices.Contains(strings.Fields(script), "eval")).To(BeFalse(), "no eval of user input")
 }

@@ -83,7 +83,7 @@ func TestSamples(t *testing.T) {
 		g.Expect(ok).To(BeTrue(), "the sample is a MemberCluster")
 		g.Expect(mc.Namespace).To(BeEmpty(), "MemberCluster is cluster-scoped")
 		g.Expect(mc.Labels).To(HaveKeyWithValue("fleetdb.io/sample", "true"))
-		// The names hack/join-member.sh uses.
+		// The names kubectl fleetdb join uses.
 		ref := mc.Spec.KubeconfigSecretRef
 		g.Expect(ref.Namespace).To(BeEmpty(), "the Secret is in the hub's namespace; the API refuses another")
 		g.Expect(ref.Name).To(Equal(mc.Name + "-kubeconfig"))
