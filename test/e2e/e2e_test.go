@@ -536,7 +536,6 @@ func TestUnreachable(t *testing.T) {
 	UnreachableSpec(specContext(t), UnreachableInput{T: t, Fleet: suite.fleet})
 }
 
-
 func cmpOr(v, def string) string {
 	if v == "" {
 		return def

@@ -1,11 +1,11 @@
 package e2e
 
 import (
-	"os"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
