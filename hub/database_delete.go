@@ -54,6 +54,8 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 		results:     s.results,
 		unreachable: r.unreachable,
 		now:         r.now(),
+
+		changeTraceparent: r.state.plan(s.key).traceparentOrEmpty(),
 	})
 	st.FinalBackups = s.finalBackups
 	setFinalBackupCondition(&st, db, pending)

@@ -100,6 +100,8 @@ func (r *databaseReconciler) reconcileStatus(_ context.Context, s *databaseScope
 		results:     s.results,
 		unreachable: r.unreachable,
 		now:         r.now(),
+
+		changeTraceparent: r.state.plan(s.key).traceparentOrEmpty(),
 	})
 	st.LeftBehind = leftBehindStatus(s.db, s.leftRegistry, s.targets, r.now())
 	st.FinalBackups = s.finalBackups

@@ -268,3 +268,11 @@ func (s *state) databasesOn(cluster string) []types.NamespacedName {
 	}
 	return out
 }
+
+// traceparentOrEmpty is the plan's traceparent; "" for no plan.
+func (p *plan) traceparentOrEmpty() string {
+	if p == nil {
+		return ""
+	}
+	return p.traceparent
+}

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"fmt"
+	"github.com/fleetdb/fleetdb/internal/telemetry"
 	"slices"
 	"strings"
 	"time"
@@ -25,6 +26,22 @@ type statusInput struct {
 	// unreachable reports a member the registry cannot reach, with why.
 	unreachable func(cluster string) (bool, string)
 	now         time.Time
+	// changeTraceparent is the traceparent of the change the published plan belongs to.
+	changeTraceparent string
+}
+
+// lastChangeTraceID is status.lastChangeTraceID: kept while the generation
+// it was taken for is the observed one (a hub restart starts new traces for
+// the same change, which must not rewrite the status), else the trace of the
+// change now published.
+func lastChangeTraceID(db *fleetv1alpha1.Database, traceparent string) string {
+	if db.Status.LastChangeTraceID != "" && db.Status.ObservedGeneration == db.Generation {
+		return db.Status.LastChangeTraceID
+	}
+	if sc := telemetry.SpanContextOf(traceparent); sc.IsValid() {
+		return sc.TraceID().String()
+	}
+	return db.Status.LastChangeTraceID
 }
 
 // memberTally sorts the members of a status by what they count towards;
@@ -66,7 +83,8 @@ func (t memberTally) problems() []string {
 // (status_conditions.go); the phase is derived from the conditions.
 func computeStatus(in statusInput) fleetv1alpha1.DatabaseStatus {
 	db := in.db
-	st := fleetv1alpha1.DatabaseStatus{ObservedGeneration: db.Generation, Conditions: slices.Clone(db.Status.Conditions)}
+	st := fleetv1alpha1.DatabaseStatus{ObservedGeneration: db.Generation, Conditions: slices.Clone(db.Status.Conditions),
+		LastChangeTraceID: lastChangeTraceID(db, in.changeTraceparent)}
 	var t memberTally
 	st.Clusters, t = memberEntries(in)
 	st.TargetClusters = int32(len(t.targets))

@@ -182,3 +182,19 @@ func TestStatusStaysBoundedAt100Members(t *testing.T) {
 		g.Expect(len(c.Message)).To(BeNumerically("<=", 32*1024))
 	}
 }
+
+func TestLastChangeTraceID(t *testing.T) {
+	g := NewWithT(t)
+	const old, fresh = "0af7651916cd43dd8448eb211c80319c", "4bf92f3577b34da6a3ce929d0e0e4736"
+	tp := "00-" + fresh + "-00f067aa0ba902b7-00"
+	db := &fleetv1alpha1.Database{}
+	db.Generation = 2
+	db.Status.ObservedGeneration, db.Status.LastChangeTraceID = 2, old
+	g.Expect(lastChangeTraceID(db, tp)).To(Equal(old), "kept while its generation is observed: a hub restart's new traces write nothing")
+	db.Generation = 3
+	g.Expect(lastChangeTraceID(db, tp)).To(Equal(fresh), "a new generation takes the trace of the change now published")
+	g.Expect(lastChangeTraceID(db, "")).To(Equal(old), "no plan: kept")
+	db.Status.LastChangeTraceID = ""
+	db.Generation = 2
+	g.Expect(lastChangeTraceID(db, tp)).To(Equal(fresh), "an empty one is filled in")
+}

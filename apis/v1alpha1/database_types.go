@@ -332,6 +332,14 @@ type DatabaseStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
+	// LastChangeTraceID is the trace id of the hub's work on the current
+	// generation (the reconcile that first acted on it, the member syncs that
+	// carried it out): find the change in a trace backend when the hub
+	// exports traces, and in the hub's logs (traceID=...) either way.
+	// `kubectl fleetdb explain` shows it.
+	// +optional
+	LastChangeTraceID string `json:"lastChangeTraceID,omitempty"`
+
 	// Phase summarises the conditions.
 	// +optional
 	Phase Phase `json:"phase,omitempty"`

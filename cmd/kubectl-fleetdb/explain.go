@@ -31,7 +31,8 @@ func newExplainCommand(o *options) *cobra.Command {
 conditions that fail, each member's phase and message, placement problems (a
 named member that is not registered, cordoned, draining, not Ready or not open
 to the namespace), members the Database left behind, its recent Events, and
-the trace id of the last switchover when tracing is on.`,
+the trace id of the last change (its spans, when the hub exports traces, and the
+hub's log lines of it, traceID=..., either way) and of the last switchover.`,
 		Args: exactArgs(1, "the DATABASE name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return explain(cmd.Context(), o, args[0])
@@ -258,8 +259,11 @@ func explainEvents(w io.Writer, events []eventsv1.Event, now time.Time) {
 	}
 }
 
-// explainTrace names the trace of the last primary change, when tracing recorded one.
+// explainTrace names the trace of the last change and of the last primary change.
 func explainTrace(w io.Writer, db *fleetv1alpha1.Database) {
+	if id := db.Status.LastChangeTraceID; id != "" {
+		fmt.Fprintf(w, "Trace of the last change (generation %d): %s (in the hub's logs: traceID=%s)\n", db.Status.ObservedGeneration, id, id)
+	}
 	t := db.Status.Topology
 	switch {
 	case t != nil && t.Switchover != nil && t.Switchover.TraceID != "":

@@ -114,6 +114,8 @@ var (
 	// A table header: upper-case column names separated by three spaces or more.
 	headerRE = regexp.MustCompile(`^[A-Z][A-Z]*( [A-Z]+)*( {3,}[A-Z]+( [A-Z]+)*)+$`)
 	gapRE    = regexp.MustCompile(` {3,}`)
+	// Trace ids (W3C, 32 hex digits).
+	traceIDRE = regexp.MustCompile(`\b[0-9a-f]{32}\b`)
 )
 
 // normalizeCLI replaces what differs between runs: the namespace, member
@@ -127,6 +129,7 @@ func normalizeCLI(s, ns string, members []string) string {
 			s = regexp.MustCompile(`\b`+regexp.QuoteMeta(m)+`\b`).ReplaceAllString(s, fmt.Sprintf("MEMBER%d", i+1))
 		}
 		s = versionRE.ReplaceAllString(s, "VERSION")
+		s = traceIDRE.ReplaceAllString(s, "TRACEID")
 		return ageRE.ReplaceAllString(s, "AGE")
 	}
 	lines := strings.Split(s, "\n")

@@ -369,6 +369,8 @@ func TestTracingOffLogs(t *testing.T) {
 	tp := sts.Annotations[fleetv1alpha1.AnnotationTraceparent]
 	g.Expect(tp).To(MatchRegexp(`^00-[0-9a-f]{32}-[0-9a-f]{16}-00$`), "a real, unsampled traceparent")
 	traceID := strings.Split(tp, "-")[1]
+	g.Expect(e.getDB(ns, "orders").Status.LastChangeTraceID).To(Equal(traceID),
+		"status.lastChangeTraceID is the trace the member objects of the change carry")
 
 	// A Database in a protected namespace stalls: a terminal error, which
 	// controller-runtime logs as "Reconciler error".
