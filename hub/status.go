@@ -2,12 +2,12 @@ package hub
 
 import (
 	"fmt"
-	"github.com/fleetdb/fleetdb/internal/telemetry"
 	"slices"
 	"strings"
 	"time"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
 
 // maxNamesInMessage bounds how many member names a condition message lists,
