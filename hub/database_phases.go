@@ -98,7 +98,7 @@ func (r *databaseReconciler) reconcileStatus(_ context.Context, s *databaseScope
 		teardown:    sortedKeys(s.teardown),
 		allowed:     s.allowed,
 		results:     s.results,
-		unreachable: r.unreachable,
+		unreachable: r.statusUnreachable,
 		now:         r.now(),
 	})
 	st.LeftBehind = leftBehindStatus(s.db, s.leftRegistry, s.targets, r.now())

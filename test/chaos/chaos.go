@@ -112,6 +112,9 @@ type runner struct {
 	memberC map[string]client.Client
 
 	fleetLog *os.File
+	flaps    *flapWatch
+	// hubStarted is when the running hub process started.
+	hubStarted time.Time
 
 	model *model
 	seed  uint64
@@ -157,16 +160,8 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	r.fleetLog = fleetLog // open until teardown: hack/fleet.sh down writes to it
 	start := time.Now()
-	r.logf("starting a fleet of a hub and %d members under %s", r.cfg.Members, r.cfg.WorkDir)
-	r.fleet, err = localfleet.Start(ctx, localfleet.Options{
-		RepoRoot: r.cfg.RepoRoot, Dir: filepath.Join(r.cfg.WorkDir, "fleet"), Prefix: r.cfg.Prefix,
-		Members: r.cfg.Members, Log: fleetLog, Attempts: 3,
-		// As the e2e suite: no node leases, so that kwok manages its nodes
-		// at once after a member's control plane was stopped.
-		ExtraEnv: []string{"FLEET_KWOKCTL_ARGS=--node-lease-duration-seconds=0"},
-	})
-	if err != nil {
-		return fmt.Errorf("starting the fleet: %w", err)
+	if err := r.startFleet(ctx, fleetLog); err != nil {
+		return err
 	}
 	if err := <-built; err != nil {
 		return err
@@ -186,6 +181,9 @@ func (r *runner) run(ctx context.Context) error {
 		return err
 	}
 	r.model = newModel()
+	if err := r.watchFlaps(ctx); err != nil {
+		return err
+	}
 	for _, seed := range r.cfg.Seeds {
 		r.seed = seed
 		r.rng = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
@@ -194,6 +192,9 @@ func (r *runner) run(ctx context.Context) error {
 				return err
 			}
 			r.n++
+			if dead := r.fleet.DeadComponents(); len(dead) > 0 {
+				return fmt.Errorf("before cycle %d of seed %d: the fleet lost %s (not the hub's doing; see %s)", r.cycle, seed, strings.Join(dead, ", "), r.cfg.WorkDir)
+			}
 			if err := r.runCycle(ctx); err != nil {
 				return fmt.Errorf("cycle %d of seed %d: %w", r.cycle, seed, err)
 			}
@@ -203,6 +204,43 @@ func (r *runner) run(ctx context.Context) error {
 		return r.selfTest(ctx)
 	}
 	return nil
+}
+
+// startFleet brings the run's fleet up, and again (up to three times) when
+// a component died at start (see localfleet.DeadComponents).
+func (r *runner) startFleet(ctx context.Context, log io.Writer) error {
+	for attempt := 1; ; attempt++ {
+		r.logf("starting a fleet of a hub and %d members under %s", r.cfg.Members, r.cfg.WorkDir)
+		var err error
+		r.fleet, err = localfleet.Start(ctx, localfleet.Options{
+			RepoRoot: r.cfg.RepoRoot, Dir: filepath.Join(r.cfg.WorkDir, "fleet"), Prefix: r.cfg.Prefix,
+			Members: r.cfg.Members, Log: log, Attempts: 3,
+			// As the e2e suite: no node leases, so that kwok manages its
+			// nodes at once after a member's control plane was stopped.
+			ExtraEnv: []string{"FLEET_KWOKCTL_ARGS=--node-lease-duration-seconds=0"},
+		})
+		if err != nil {
+			return fmt.Errorf("starting the fleet: %w", err)
+		}
+		// A component that cannot bind its port exits within seconds.
+		if err := sleep(ctx, 5*time.Second); err != nil {
+			return err
+		}
+		dead := r.fleet.DeadComponents()
+		if len(dead) == 0 {
+			return nil
+		}
+		if attempt == 3 {
+			return fmt.Errorf("the fleet came up without %s three times (see %s)", strings.Join(dead, ", "), r.cfg.WorkDir)
+		}
+		r.logf("the fleet came up without %s (a port taken meanwhile?): starting it again", strings.Join(dead, ", "))
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		err = r.fleet.Stop(sctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // clients builds the run's clients of the hub and the members.
@@ -238,6 +276,23 @@ func (r *runner) clients() error {
 	return nil
 }
 
+// watchFlaps starts the watch of the hub's Databases that catches Ready
+// flapping; it ends with ctx.
+func (r *runner) watchFlaps(ctx context.Context) error {
+	c, err := clientcmd.BuildConfigFromFlags("", r.fleet.HubKubeconfig)
+	if err != nil {
+		return err
+	}
+	c.UserAgent = "fleetdb-chaos-watch"
+	wc, err := client.NewWithWatch(c, client.Options{Scheme: r.scheme})
+	if err != nil {
+		return err
+	}
+	r.flaps = newFlapWatch()
+	go r.flaps.run(ctx, wc)
+	return nil
+}
+
 // startHub starts a new hub process (its own log per start) and waits for
 // its metrics endpoint.
 func (r *runner) startHub(ctx context.Context) error {
@@ -250,7 +305,7 @@ func (r *runner) startHub(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.hub = h
+	r.hub, r.hubStarted = h, time.Now()
 	if err := h.WaitReady(ctx, time.Minute); err != nil {
 		return err
 	}

@@ -65,7 +65,7 @@ func TestChaosShort(t *testing.T) {
 }
 
 // shortCycles is the cycles of each of the short test's seeds.
-const shortCycles = 4
+const shortCycles = 6
 
 type testLog struct{ t *testing.T }
 

@@ -36,6 +36,9 @@ const (
 	InvLeftoverJb = "no Job left"
 )
 
+// settle is how long a restarted hub runs before the fleet is checked.
+const settle = 5 * time.Second
+
 // problem is one broken invariant seen by a check pass.
 type problem struct{ inv, msg string }
 
@@ -45,10 +48,16 @@ type problem struct{ inv, msg string }
 // cycle's findings. Then it records the objects seen (snapshot).
 func (r *runner) converge(ctx context.Context) error {
 	deadline := time.Now().Add(r.cfg.ConvergeTimeout)
+	// Not before the new hub has connected to the members and acted (the
+	// status it found may still be the killed hub's): and a Ready flap at
+	// its start is seen within the cycle.
+	if err := sleep(ctx, time.Until(r.hubStarted.Add(settle))); err != nil {
+		return err
+	}
 	var last []problem
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		probs, snap, err := r.check(cctx)
+		probs, snap, err := r.check(cctx, false)
 		cancel()
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -80,12 +89,15 @@ func (r *runner) converge(ctx context.Context) error {
 			return err
 		}
 	}
+	if dead := r.fleet.DeadComponents(); len(dead) > 0 {
+		last = append(last, problem{InvConverged, "the fleet itself lost " + strings.Join(dead, ", ") + " (not the hub's doing: the findings above may follow from it)"})
+	}
 	for _, p := range last {
 		r.rep.finding(Finding{Cycle: r.cycle, Seed: r.seed, Step: r.cur, Invariant: p.inv, Message: p.msg})
 	}
 	r.logf("cycle %d: %d findings after %s", r.cycle, len(last), r.cfg.ConvergeTimeout)
 	// Go on from what is there: later cycles still check their own work.
-	if _, snap, err := r.check(ctx); err == nil {
+	if _, snap, err := r.check(ctx, true); err == nil {
 		for name, members := range snap {
 			r.model.snap[name] = members
 		}
@@ -98,8 +110,9 @@ func (r *runner) converge(ctx context.Context) error {
 	return errConverge
 }
 
-// check runs one pass over the hub and the members.
-func (r *runner) check(ctx context.Context) ([]problem, map[string]map[string][]objRef, error) {
+// check runs one pass over the hub and the members; the members are
+// checked only once the hub converged, unless always.
+func (r *runner) check(ctx context.Context, always bool) ([]problem, map[string]map[string][]objRef, error) {
 	var probs []problem
 	add := func(inv, format string, args ...any) {
 		probs = append(probs, problem{inv, fmt.Sprintf(format, args...)})
@@ -142,7 +155,7 @@ func (r *runner) check(ctx context.Context) ([]problem, map[string]map[string][]
 			add(InvConverged, "Database %s was deleted and is still on the hub (phase %s)", name, db.Status.Phase)
 		}
 	}
-	if len(probs) > 0 {
+	if len(probs) > 0 && !always {
 		// The hub has not converged: the members are checked once it has.
 		return probs, nil, nil
 	}

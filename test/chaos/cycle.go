@@ -37,6 +37,9 @@ const (
 type action struct {
 	what string
 	run  func(ctx context.Context) error
+	// gap is the pause before the next write (0-600 ms): the writes of a
+	// step spread over the hub's kill, downtime and restart.
+	gap time.Duration
 }
 
 // runCycle plans a step, runs it while the hub is killed and restarted,
@@ -44,15 +47,21 @@ type action struct {
 func (r *runner) runCycle(ctx context.Context) error {
 	start := time.Now()
 	step, frozen, actions := r.plan()
+	for i := range actions {
+		actions[i].gap = time.Duration(r.rng.Int64N(int64(600 * time.Millisecond)))
+	}
 	r.cur = step
 	r.rep.Steps[step]++
-	killAfter := time.Duration(r.rng.Int64N(int64(3 * time.Second)))
+	// Mostly early, while the writes still go in (a quadratic spread over 0-3 s).
+	u := r.rng.Float64()
+	killAfter := time.Duration(u * u * float64(3*time.Second))
 	sigterm := r.rng.IntN(5) == 0
 	downtime := time.Duration(r.rng.Int64N(int64(time.Second)))
 	again := r.rng.IntN(6) == 0
 	againAfter := time.Duration(r.rng.Int64N(int64(2 * time.Second)))
 	r.logf("seed %d cycle %d: %s (%d writes)%s, kill after %s", r.seed, r.cycle, step, len(actions), map[bool]string{true: ", " + frozen + " frozen", false: ""}[frozen != ""], killAfter.Round(time.Millisecond))
 
+	r.flaps.take() // what came before the cycle is not the cycle's
 	if frozen != "" {
 		if err := r.fleet.FreezeMember(frozen); err != nil {
 			return err
@@ -97,11 +106,27 @@ func (r *runner) runCycle(ctx context.Context) error {
 	}
 	converged := time.Now()
 	err := r.converge(ctx)
+	r.flapFindings(frozen)
 	r.rep.cycleDone(r.seed, r.cycle, step, time.Since(start), time.Since(converged))
 	if err != nil && err != errConverge {
 		return err
 	}
 	return nil
+}
+
+// flapFindings turns the Ready flaps of the cycle into findings, but for
+// Databases placed on the member the cycle froze (they are rightly
+// Degraded while it answers nothing).
+func (r *runner) flapFindings(frozen string) {
+	flaps := r.flaps.take()
+	for _, name := range slices.Sorted(maps.Keys(flaps)) {
+		info := r.model.live[name]
+		if info == nil || (frozen != "" && slices.Contains(info.placement, frozen)) {
+			continue
+		}
+		r.rep.finding(Finding{Cycle: r.cycle, Seed: r.seed, Step: r.cur, Invariant: InvNoFlap,
+			Message: fmt.Sprintf("%s was Ready and turned %s, its generation unchanged", name, flaps[name])})
+	}
 }
 
 func (r *runner) stopHub(sigterm bool) {
@@ -120,7 +145,7 @@ func runActions(ctx context.Context, actions []action) error {
 		if err := a.run(ctx); err != nil {
 			return fmt.Errorf("%s: %w", a.what, err)
 		}
-		if err := sleep(ctx, 150*time.Millisecond); err != nil {
+		if err := sleep(ctx, a.gap); err != nil {
 			return err
 		}
 	}
@@ -187,7 +212,7 @@ func (r *runner) subset(avoid map[string]bool) []string {
 func oneOf[T any](r *runner, v ...T) T { return v[r.rng.IntN(len(v))] }
 
 func (r *runner) planCreate() []action {
-	n := 1 + r.rng.IntN(5)
+	n := 1 + r.rng.IntN(6)
 	var out []action
 	for range n {
 		r.model.seq++

@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"slices"
+
 	"k8s.io/apimachinery/pkg/types"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -72,6 +74,10 @@ func (m *model) release(db *dbInfo, member string, policy fleetv1alpha1.Deletion
 		case fleetv1alpha1.DeletionPolicyRetain:
 			keep = o.Kind == "PersistentVolumeClaim" || (o.Kind == "Secret" && o.Name == db.name+"-credentials")
 		}
+		// An object kept earlier may have been taken over again (a
+		// CloudNativePG Database placed again where it left its Secret):
+		// the latest policy decides.
+		m.kept = slices.DeleteFunc(m.kept, func(k keptObj) bool { return k.UID == o.UID })
 		if keep {
 			m.kept = append(m.kept, keptObj{objRef: o, Why: why})
 		} else {

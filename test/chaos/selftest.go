@@ -80,7 +80,7 @@ func (r *runner) selfTest(ctx context.Context) error {
 		}
 		r.rep.SelfTest[inv] = false
 	}
-	probs, _, err := r.check(ctx)
+	probs, _, err := r.check(ctx, true)
 	if err != nil {
 		return fmt.Errorf("self-test: %w", err)
 	}

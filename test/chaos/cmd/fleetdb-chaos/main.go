@@ -41,7 +41,7 @@ func main() {
 	flag.IntVar(&cfg.Cycles, "cycles", 100, "cycles to run")
 	flag.StringVar(&seeds, "seed", "", "seed of every random choice, or seeds run one after the other (\"1,2\"); empty: one from the clock, printed")
 	flag.IntVar(&cfg.Members, "members", 2, "member clusters")
-	flag.IntVar(&cfg.MaxLive, "max-live", 10, "live Databases at most (past it a cycle deletes)")
+	flag.IntVar(&cfg.MaxLive, "max-live", 14, "live Databases at most (past it a cycle deletes)")
 	flag.DurationVar(&converge, "converge-timeout", 3*time.Minute, "how long a cycle may take to converge before its problems are findings")
 	flag.StringVar(&report, "report", "", "write the markdown report here (and the JSON one beside it, .json)")
 	flag.StringVar(&workDir, "work-dir", "", "the run's folder: fleet, hub binary and logs (default .cache/chaos-<seed>; removed after a clean run)")
