@@ -223,14 +223,22 @@ func (r *databaseReconciler) statusUnreachable(name string) (bool, string) {
 // one is not known to be down, so its status entry keeps what was last
 // reported (clusterEntry) instead of turning Unreachable. Without it every
 // restart of the hub flipped Ready Databases to Degraded for the seconds
-// the connects take (found by the restart chaos run, docs/chaos.md). A
+// the connects take (found by the restart chaos run, docs/chaos.md; the
+// member sync records nothing for such a member either). A
 // failed connect or failing probes still show at once; the teardown still
 // treats a member it cannot reach yet as unreachable (teardownSettled).
 func statusHealth(h clusters.Health) (bool, string) {
-	if !h.Engaged && !h.Ready && (h.Reason == "" || h.Reason == fleetv1alpha1.ReasonConnecting) {
+	if notKnownYet(h) {
 		return false, ""
 	}
 	return healthUnreachable(h)
+}
+
+// notKnownYet reports a member this hub process has not finished
+// connecting to: never engaged, no failure recorded (the registry has no
+// health for it yet, or it is Connecting).
+func notKnownYet(h clusters.Health) bool {
+	return !h.Engaged && !h.Ready && (h.Reason == "" || h.Reason == fleetv1alpha1.ReasonConnecting)
 }
 
 func (r *databaseReconciler) reachable(name string) bool {

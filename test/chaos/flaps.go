@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,7 +66,11 @@ func (w *flapWatch) observe(db *fleetv1alpha1.Database, deleted bool) {
 			if c != nil {
 				msg = fmt.Sprintf("Ready=%s %s: %s", c.Status, c.Reason, c.Message)
 			}
-			w.flaps[db.Name] = fmt.Sprintf("phase %s, %s", db.Status.Phase, msg)
+			var entries []string
+			for _, c := range db.Status.Clusters {
+				entries = append(entries, fmt.Sprintf("%s %s (%s)", c.Name, c.Phase, c.Message))
+			}
+			w.flaps[db.Name] = fmt.Sprintf("phase %s, %s; members: %s", db.Status.Phase, msg, strings.Join(entries, "; "))
 		}
 	}
 }
