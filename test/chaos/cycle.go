@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -108,7 +109,7 @@ func (r *runner) runCycle(ctx context.Context) error {
 	err := r.converge(ctx)
 	r.flapFindings(frozen)
 	r.rep.cycleDone(r.seed, r.cycle, step, time.Since(start), time.Since(converged))
-	if err != nil && err != errConverge {
+	if err != nil && !errors.Is(err, errConverge) {
 		return err
 	}
 	return nil

@@ -14,7 +14,7 @@ import (
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 )
 
-// InvNoFlap: a hub restart is invisible to users: a Database Ready on its
+// InvNoFlap is the invariant that a hub restart is invisible to users: a Database Ready on its
 // generation stays Ready while the hub restarts, unless the cycle changed
 // it or froze one of its members.
 const InvNoFlap = "Ready kept across restarts"
