@@ -163,14 +163,18 @@ func (r *runner) plan() (step, frozen string, actions []action) {
 	case len(live) == 0:
 		step = StepCreate
 	case len(live) >= r.cfg.MaxLive:
-		step = StepDelete
+		// Full: anything but a create.
+		step = oneOf(r, StepUpdate, StepDelete, StepDelete, StepPlacement, StepPlacement, StepFreeze)
 	default:
-		step = []string{StepCreate, StepCreate, StepUpdate, StepUpdate, StepDelete, StepDelete, StepPlacement, StepFreeze}[r.rng.IntN(8)]
+		step = oneOf(r, StepCreate, StepCreate, StepUpdate, StepUpdate, StepDelete, StepPlacement, StepPlacement, StepFreeze)
 	}
 	work := step
 	if step == StepFreeze {
 		frozen = r.members[r.rng.IntN(len(r.members))]
 		work = oneOf(r, StepCreate, StepUpdate, StepDelete, StepPlacement)
+		if work == StepCreate && len(live) >= r.cfg.MaxLive {
+			work = StepDelete
+		}
 		if len(live) < 2 {
 			work = StepCreate
 		}
