@@ -127,6 +127,14 @@ kind-down: ## Delete the kind clusters.
 	done
 	rm -rf $(KIND_OUT)
 
+# ---- chaos (a program, not a test: it runs its own fleet; docs/chaos.md) ----
+CHAOS_ARGS ?=
+
+.PHONY: chaos
+chaos: toolchain ## Restart chaos: kill and restart the hub at random points of a random workload for 100 cycles and check the fleet (CHAOS_ARGS="-seed 42 -cycles 20").
+	$(GO) build -o bin/fleetdb-chaos ./test/chaos/cmd/fleetdb-chaos
+	bin/fleetdb-chaos $(CHAOS_ARGS)
+
 # ---- benchmark (a program, not a test: it runs its own fleet; docs/benchmarks.md) ----
 BENCH_ARGS ?=
 

@@ -122,14 +122,18 @@ func (m *member) computeView(now time.Time, grace time.Duration) view {
 
 // refresh recomputes the member's view and Health at now. It reports whether
 // the status-relevant part changed (the MemberCluster needs a reconcile) and
-// whether subscribers must hear of it (engaged or Ready changed).
+// whether subscribers must hear of it (engaged or Ready changed, or a
+// first failed connect: see known).
 func (m *member) refresh(now time.Time, grace time.Duration) (statusChanged, notify bool) {
 	v := m.computeView(now, grace)
 	old := m.view
 	backendsChanged := !slices.Equal(v.backends, old.backends)
 	statusChanged = v.joined != old.joined || v.ready != old.ready || v.version != old.version || backendsChanged
 	wasReady, isReady := old.ready.status == metav1.ConditionTrue, v.ready.status == metav1.ConditionTrue
-	notify = v.engaged != old.engaged || wasReady != isReady || backendsChanged
+	// Leaving "not known yet" (the first connect failed) is news too: a
+	// hub that just started shows the members it has not reached yet as
+	// they were last reported, until it knows better.
+	notify = v.engaged != old.engaged || wasReady != isReady || backendsChanged || known(old) != known(v)
 	since := m.health.Since
 	if since.IsZero() || wasReady != isReady {
 		since = now
@@ -145,6 +149,12 @@ func (m *member) refresh(now time.Time, grace time.Duration) (statusChanged, not
 		Backends:  v.backends,
 	}
 	return statusChanged, notify
+}
+
+// known reports a view that says something of the member: not the zero
+// view, not Connecting.
+func known(v view) bool {
+	return v.ready.reason != "" && v.ready.reason != fleetv1alpha1.ReasonConnecting
 }
 
 // backoff is the delay before connect attempt n+1 after n failed attempts.

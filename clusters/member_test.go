@@ -116,6 +116,28 @@ func TestRefreshReportsTransitions(t *testing.T) {
 	g.Expect(m.health.Since).To(Equal(now.Add(13 * time.Second)))
 }
 
+// TestRefreshReportsFirstFailedConnect: a member whose first connect fails
+// is news for subscribers (not engaged, not Ready before or after): a hub
+// that just started keeps showing such a member as last reported until
+// then, and must learn that it is down.
+func TestRefreshReportsFirstFailedConnect(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	m := &member{name: "m", run: &run{connecting: true}}
+	_, notify := m.refresh(now, 10*time.Second)
+	g.Expect(notify).To(BeFalse(), "connecting: nothing known yet")
+	g.Expect(m.health.Reason).To(Equal(fleetv1alpha1.ReasonConnecting))
+
+	m.run.connecting, m.run.connectErr = false, &failure{reason: fleetv1alpha1.ReasonUnreachable, message: "refused"}
+	changed, notify := m.refresh(now.Add(time.Second), 10*time.Second)
+	g.Expect(changed).To(BeTrue())
+	g.Expect(notify).To(BeTrue(), "the first failed connect is news")
+	g.Expect(m.health.Reason).To(Equal(fleetv1alpha1.ReasonUnreachable))
+
+	_, notify = m.refresh(now.Add(2*time.Second), 10*time.Second)
+	g.Expect(notify).To(BeFalse(), "and only once")
+}
+
 func TestBackoff(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(backoff(0)).To(BeZero())

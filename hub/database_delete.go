@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/clusters"
 )
 
 // reconcileDelete tears the Database down in every member it reached, then
@@ -52,7 +53,7 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 		db:          db,
 		teardown:    sortedKeys(pending),
 		results:     s.results,
-		unreachable: r.unreachable,
+		unreachable: r.statusUnreachable,
 		now:         r.now(),
 
 		changeTraceparent: r.state.plan(s.key).traceparentOrEmpty(),
@@ -195,7 +196,11 @@ func (r *databaseReconciler) registered(ctx context.Context, name string) bool {
 
 // unreachable reports a member the registry cannot reach now.
 func (r *databaseReconciler) unreachable(name string) (bool, string) {
-	h := r.provider.Health(name)
+	return healthUnreachable(r.provider.Health(name))
+}
+
+// healthUnreachable reports a member whose health is not Ready, with why.
+func healthUnreachable(h clusters.Health) (bool, string) {
 	if h.Ready {
 		return false, ""
 	}
@@ -207,6 +212,35 @@ func (r *databaseReconciler) unreachable(name string) (bool, string) {
 		why = "not connected"
 	}
 	return true, why
+}
+
+// statusUnreachable is unreachable as the status shows it: see statusHealth.
+func (r *databaseReconciler) statusUnreachable(name string) (bool, string) {
+	return statusHealth(r.provider.Health(name))
+}
+
+// statusHealth is healthUnreachable but for a member this hub process has
+// not finished connecting to yet (the registry has no health for it, or it
+// is Connecting: right after a hub restart, or with a new kubeconfig): that
+// one is not known to be down, so its status entry keeps what was last
+// reported (clusterEntry) instead of turning Unreachable. Without it every
+// restart of the hub flipped Ready Databases to Degraded for the seconds
+// the connects take (found by the restart chaos run, docs/chaos.md; the
+// member sync records nothing for such a member either). A
+// failed connect or failing probes still show at once; the teardown still
+// treats a member it cannot reach yet as unreachable (teardownSettled).
+func statusHealth(h clusters.Health) (bool, string) {
+	if notKnownYet(h) {
+		return false, ""
+	}
+	return healthUnreachable(h)
+}
+
+// notKnownYet reports a member this hub process has not finished
+// connecting to: never engaged, no failure recorded (the registry has no
+// health for it yet, or it is Connecting).
+func notKnownYet(h clusters.Health) bool {
+	return !h.Engaged && !h.Ready && (h.Reason == "" || h.Reason == fleetv1alpha1.ReasonConnecting)
 }
 
 func (r *databaseReconciler) reachable(name string) bool {

@@ -98,7 +98,7 @@ func (r *databaseReconciler) reconcileStatus(_ context.Context, s *databaseScope
 		teardown:    sortedKeys(s.teardown),
 		allowed:     s.allowed,
 		results:     s.results,
-		unreachable: r.unreachable,
+		unreachable: r.statusUnreachable,
 		now:         r.now(),
 
 		changeTraceparent: r.state.plan(s.key).traceparentOrEmpty(),

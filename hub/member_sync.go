@@ -97,6 +97,12 @@ func (r *memberSyncReconciler) releaseSlot(cluster string) {
 // the registry wakes the sync when the member comes back.
 func (r *memberSyncReconciler) sync(ctx context.Context, cluster string, key types.NamespacedName, p *plan, role memberRole) syncOutcome {
 	if h := r.provider.Health(cluster); !h.Engaged || !h.Ready {
+		if notKnownYet(h) {
+			// Not connected yet (a hub that just started): nothing is
+			// known of it, so nothing is recorded (the status keeps what
+			// was reported); the registry wakes the sync once it engages.
+			return syncOutcome{}
+		}
 		return unreachableOutcome(cluster, h.Message)
 	}
 	cl, err := r.mgr.GetCluster(ctx, multicluster.ClusterName(cluster))

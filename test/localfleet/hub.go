@@ -180,10 +180,14 @@ func (h *HubProcess) Stop() {
 // Kill ends the hub with SIGKILL, as a crash or a lost node would: no clean
 // shutdown, its Lease is not released. It returns when the process is gone.
 func (h *HubProcess) Kill() error {
+	if h == nil {
+		return errors.New("no hub")
+	}
 	if exited, _ := h.Exited(); exited {
 		return errors.New("the hub had exited already")
 	}
-	if err := syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+	// The process group: the hub and anything it started.
+	if err := syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("killing the hub: %w", err)
 	}
 	<-h.done
