@@ -298,7 +298,7 @@ func (r *runner) watchFlaps(ctx context.Context) error {
 func (r *runner) startHub(ctx context.Context) error {
 	r.hubN++
 	h, err := localfleet.StartHub(localfleet.HubOptions{
-		Binary: r.hubBin, Kubeconfig: r.fleet.HubKubeconfig,
+		Binary: r.hubBin, Kubeconfig: r.fleet.HubIdentityKubeconfig, // the hub's own ServiceAccount (deploy/rbac), not admin
 		LogPath: filepath.Join(r.cfg.WorkDir, fmt.Sprintf("hub-%03d.log", r.hubN)),
 		Args:    append([]string{"--probe-interval", "1s", "--probe-grace-period", "3s"}, r.cfg.HubArgs...),
 	})
