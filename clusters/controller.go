@@ -131,6 +131,11 @@ func (p *Provider) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 
 	data, problem, err := p.readKubeconfig(ctx, mc)
 	if err != nil {
+		if v, recorded := p.kubeconfigUnreadable(ctx, mc.Name, err, mc.Spec.Connection); recorded {
+			if werr := p.writeStatus(ctx, mc, v); werr != nil {
+				log.Error(werr, "Recording that the kubeconfig Secret cannot be read")
+			}
+		}
 		return reconcile.Result{}, err
 	}
 	v, retryIn := p.observe(ctx, name, data, problem, mc.Spec.Connection)
@@ -244,6 +249,29 @@ func (p *Provider) observe(ctx context.Context, name string, data []byte, proble
 		p.notify(name)
 	}
 	return v, retryIn
+}
+
+// kubeconfigUnreadable records a hub error reading the kubeconfig Secret of
+// a member this process knows nothing of yet (no run, no problem: right after
+// a hub start) as the member's problem. Without it the member had no health
+// at all, which the hub reads as "not connected yet": the Databases' and the
+// MemberCluster's statuses kept its last report (Ready) for as long as the
+// Secret could not be read. A member with a run or a problem keeps it: a hub
+// error does not disengage a working member. The caller retries the read
+// (the next successful one connects) and writes the view when recorded.
+func (p *Provider) kubeconfigUnreadable(ctx context.Context, name string, err error, policy fleetv1alpha1.ConnectionPolicy) (v view, recorded bool) {
+	p.mu.RLock()
+	m := p.members[name]
+	known := m != nil && (m.run != nil || m.problem != nil)
+	p.mu.RUnlock()
+	if known {
+		return view{}, false
+	}
+	v, _ = p.observe(ctx, name, nil, &failure{
+		reason:  fleetv1alpha1.ReasonSecretUnreadable,
+		message: truncate("the hub could not read the kubeconfig Secret: " + err.Error()),
+	}, policy)
+	return v, true
 }
 
 // remove forgets a member whose MemberCluster is gone: its cluster is

@@ -1,6 +1,8 @@
 package clusters
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -200,4 +202,40 @@ func TestSubscriberCoalescesAndNeverBlocks(t *testing.T) {
 	}
 	close(p.done)
 	g.Eventually(ch).Should(BeClosed())
+}
+
+// TestKubeconfigUnreadableIsKnown: a hub error reading the kubeconfig Secret
+// of a member this process has not connected to yet is recorded, so the
+// member is not left without health (which the hub reads as "not connected
+// yet, keep the last report": a gone member stayed Ready in every status for
+// as long as the read failed). Subscribers hear of it. A member with a run
+// keeps it: a hub error disengages nothing.
+func TestKubeconfigUnreadableIsKnown(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	p := New(Options{})
+	ch := p.Subscribe()
+	g.Expect(p.Health("gone")).To(Equal(Health{}))
+
+	v, recorded := p.kubeconfigUnreadable(ctx, "gone", errors.New("etcdserver: request timed out"), fleetv1alpha1.ConnectionPolicy{})
+	g.Expect(recorded).To(BeTrue())
+	g.Expect(v.ready.status).To(Equal(metav1.ConditionFalse))
+	h := p.Health("gone")
+	g.Expect(h.Ready).To(BeFalse())
+	g.Expect(h.Reason).To(Equal(fleetv1alpha1.ReasonSecretUnreadable))
+	g.Expect(h.Message).NotTo(ContainSubstring("etcd"), "tenants get the fixed text")
+	g.Expect(<-ch).To(Equal("gone"))
+
+	// Again: nothing new.
+	_, recorded = p.kubeconfigUnreadable(ctx, "gone", errors.New("again"), fleetv1alpha1.ConnectionPolicy{})
+	g.Expect(recorded).To(BeFalse())
+
+	// A member with a run keeps it.
+	r := &run{connecting: true}
+	p.mu.Lock()
+	p.members["live"] = &member{name: "live", run: r}
+	p.mu.Unlock()
+	_, recorded = p.kubeconfigUnreadable(ctx, "live", errors.New("etcdserver: request timed out"), fleetv1alpha1.ConnectionPolicy{})
+	g.Expect(recorded).To(BeFalse())
+	g.Expect(p.members["live"].run).To(BeIdenticalTo(r))
 }

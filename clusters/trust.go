@@ -154,6 +154,7 @@ func limitAllBodies(rt http.RoundTripper) http.RoundTripper {
 var tenantMessages = map[string]string{
 	fleetv1alpha1.ReasonConnecting:                "the hub is connecting to the member",
 	fleetv1alpha1.ReasonSecretNotFound:            "the member's registration is incomplete",
+	fleetv1alpha1.ReasonSecretUnreadable:          "the hub cannot read the member's registration",
 	fleetv1alpha1.ReasonInvalidKubeconfig:         "the member's registration is not usable",
 	fleetv1alpha1.ReasonSecretNamespaceNotAllowed: "the member's registration is not usable",
 	fleetv1alpha1.ReasonInsecureKubeconfig:        "the member's registration is not usable",

@@ -239,6 +239,9 @@ const (
 	ReasonProbeSucceeded = "ProbeSucceeded"
 	// ReasonSecretNotFound: the kubeconfig Secret or its key is missing.
 	ReasonSecretNotFound = "KubeconfigSecretNotFound"
+	// ReasonSecretUnreadable: the hub could not read the kubeconfig Secret
+	// of a member it had not connected to yet (a hub API error); retried.
+	ReasonSecretUnreadable = "KubeconfigSecretUnreadable"
 	// ReasonInvalidKubeconfig: the kubeconfig cannot be parsed.
 	ReasonInvalidKubeconfig = "InvalidKubeconfig"
 	// ReasonUnauthorized: the member rejected the credentials (401/403).
