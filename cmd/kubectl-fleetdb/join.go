@@ -222,11 +222,30 @@ func (j *joinOptions) run(ctx context.Context) error {
 }
 
 // memberConfig is the REST config of --member-kubeconfig (and --member-context).
+// It is that file's context or an error, never another cluster: client-go's
+// deferred loader falls back to the in-cluster config when the file has no
+// usable context (empty, or no current-context), and run in a Pod join would
+// then install the hub's identity in, and register, the Pod's own cluster.
 func (j *joinOptions) memberConfig() (*rest.Config, error) {
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		&clientcmd.ClientConfigLoadingRules{ExplicitPath: j.memberKubeconfig},
-		&clientcmd.ConfigOverrides{CurrentContext: j.memberContext})
-	cfg, err := loader.ClientConfig()
+	raw, err := clientcmd.LoadFromFile(j.memberKubeconfig)
+	if err == nil {
+		// Relative certificate and key paths are the file's, as kubectl reads them.
+		err = clientcmd.ResolveLocalPaths(raw)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--member-kubeconfig %s: %w", j.memberKubeconfig, err)
+	}
+	name := j.memberContext
+	if name == "" {
+		name = raw.CurrentContext
+	}
+	if name == "" {
+		return nil, usagef("--member-kubeconfig %s has no current context: pass --member-context", j.memberKubeconfig)
+	}
+	if _, ok := raw.Contexts[name]; !ok {
+		return nil, usagef("--member-kubeconfig %s has no context %q", j.memberKubeconfig, name)
+	}
+	cfg, err := clientcmd.NewNonInteractiveClientConfig(*raw, name, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("--member-kubeconfig %s: %w", j.memberKubeconfig, err)
 	}

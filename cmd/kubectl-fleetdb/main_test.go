@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -125,4 +129,52 @@ func TestMemberKubeconfig(t *testing.T) {
 	g.Expect(a).To(Equal(b), "the same input gives the same bytes: join run again changes nothing")
 	g.Expect(string(a)).To(ContainSubstring("server: https://eu-1:6443"))
 	g.Expect(string(a)).NotTo(ContainSubstring("tokenFile"))
+}
+
+// TestMemberConfigNeverAnotherCluster: a member kubeconfig without a usable
+// context is a usage error naming the fix, not client-go's "no
+// configuration" (whose loader then falls back to the in-cluster config, so
+// that join run in a Pod would act on the Pod's own cluster).
+func TestMemberConfigNeverAnotherCluster(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	const base = `apiVersion: v1
+kind: Config
+clusters:
+- name: a
+  cluster: {server: "https://10.0.0.1:6443"}
+users:
+- name: u
+  user: {token: x}
+contexts:
+- name: a
+  context: {cluster: a, user: u}
+`
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		g.Expect(os.WriteFile(p, []byte(body), 0o600)).To(Succeed())
+		return p
+	}
+	for _, tc := range []struct{ file, context, want string }{
+		{write("nocurrent", base), "", "has no current context: pass --member-context"},
+		{write("empty", ""), "", "has no current context: pass --member-context"},
+		{write("missing", base+"current-context: gone\n"), "", `has no context "gone"`},
+		{write("flag", base), "gone", `has no context "gone"`},
+	} {
+		j := &joinOptions{options: &options{flags: genericclioptions.NewConfigFlags(true)}, memberKubeconfig: tc.file, memberContext: tc.context}
+		_, err := j.memberConfig()
+		g.Expect(err).To(MatchError(ContainSubstring(tc.want)), tc.file)
+		g.Expect(errors.As(err, new(usageError))).To(BeTrue())
+	}
+	j := &joinOptions{options: &options{flags: genericclioptions.NewConfigFlags(true)}, memberKubeconfig: write("ok", base), memberContext: "a"}
+	cfg, err := j.memberConfig()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cfg.Host).To(Equal("https://10.0.0.1:6443"))
+
+	// A relative certificate-authority is the kubeconfig file's, as for kubectl.
+	write("ca.crt", "not checked here")
+	j.memberKubeconfig = write("relative", strings.Replace(base, `server: "https://10.0.0.1:6443"`, `server: "https://10.0.0.1:6443", certificate-authority: ca.crt`, 1))
+	cfg, err = j.memberConfig()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cfg.CAFile).To(Equal(filepath.Join(dir, "ca.crt")))
 }
