@@ -38,7 +38,10 @@ Database is never moved by a drain: it stays until you switch it over.
 
 Nothing changes without --yes. With --yes it sets the MemberCluster's
 spec.unschedulable (no new placements) and spec.drain (existing placements
-are dropped); kubectl fleetdb uncordon clears both.`,
+are dropped); kubectl fleetdb uncordon clears both. The preview is the fleet
+as read now: the hub places every Database by the fleet as it is when it acts,
+so changes made after the preview (a Database edited, a member cordoned or
+relabelled) are placed by the hub's rules, not by the preview.`,
 		Args: exactArgs(1, "the MEMBER name"),
 		RunE: func(cmd *cobra.Command, args []string) error { return d.run(cmd.Context(), args[0]) },
 	}
