@@ -17,6 +17,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 )
@@ -30,8 +31,9 @@ const FieldManager = "kubectl-fleetdb"
 // (uncordon) a cordon it did not repeat.
 const CordonFieldManager = "kubectl-fleetdb-cordon"
 
-// defaultCallTimeout bounds every API call when --request-timeout is 0.
-const defaultCallTimeout = 30 * time.Second
+// defaultCallTimeout bounds every API call when --request-timeout is 0 (a
+// variable for tests).
+var defaultCallTimeout = 30 * time.Second
 
 // Exit codes.
 const (
@@ -145,13 +147,27 @@ func (o *options) restConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
-// hubClient is an uncached client of the hub.
+// hubClient is an uncached client of the hub. Its calls are bounded by
+// their contexts (o.call; a rest.Config timeout would cut status --watch's
+// watches), but controller-runtime's discovery of the API (the REST mapper)
+// takes no context: it gets a client bounded by callTimeout, or a hub that
+// accepts connections and never answers would hang the command.
 func (o *options) hubClient() (client.WithWatch, error) {
 	cfg, err := o.restConfig()
 	if err != nil {
 		return nil, err
 	}
-	return client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	dcfg := rest.CopyConfig(cfg)
+	dcfg.Timeout = o.callTimeout()
+	dclient, err := rest.HTTPClientFor(dcfg)
+	if err != nil {
+		return nil, err
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(dcfg, dclient)
+	if err != nil {
+		return nil, err
+	}
+	return client.NewWithWatch(cfg, client.Options{Scheme: scheme, Mapper: mapper})
 }
 
 // namespace is -n, or the kubeconfig context's namespace.
