@@ -149,6 +149,13 @@ func phaseOf(conds []metav1.Condition) fleetv1alpha1.Phase {
 // current one with the Stalled condition set.
 func stalledStatus(db *fleetv1alpha1.Database, reason, msg string) fleetv1alpha1.DatabaseStatus {
 	st := *db.Status.DeepCopy()
+	if st.ObservedGeneration != db.Generation {
+		// The recorded change trace is an earlier generation's: kept with
+		// the new observedGeneration, it would stand for this generation's
+		// change once the stall clears without a spec edit (a member
+		// admitting the namespace), and explain would name the wrong trace.
+		st.LastChangeTraceID = ""
+	}
 	st.ObservedGeneration = db.Generation
 	setStalledCondition(&st, reason, msg)
 	st.Phase = phaseOf(st.Conditions)

@@ -198,3 +198,25 @@ func TestLastChangeTraceID(t *testing.T) {
 	db.Generation = 2
 	g.Expect(lastChangeTraceID(db, tp)).To(Equal(fresh), "an empty one is filled in")
 }
+
+// TestStalledGenerationGetsItsOwnChangeTrace: a new generation that stalls
+// (observed, nothing published) does not keep the earlier generation's
+// change trace: when the stall clears without a spec edit, the status takes
+// the trace of the change then published, not the earlier one.
+func TestStalledGenerationGetsItsOwnChangeTrace(t *testing.T) {
+	g := NewWithT(t)
+	const old, fresh = "0af7651916cd43dd8448eb211c80319c", "4bf92f3577b34da6a3ce929d0e0e4736"
+	db := &fleetv1alpha1.Database{}
+	db.Generation = 3
+	db.Status.ObservedGeneration, db.Status.LastChangeTraceID = 2, old
+	db.Status = stalledStatus(db, fleetv1alpha1.ReasonNamespaceNotAllowed, "namespace may not use eu-2")
+	g.Expect(db.Status.ObservedGeneration).To(Equal(int64(3)))
+	g.Expect(db.Status.LastChangeTraceID).To(BeEmpty())
+	g.Expect(lastChangeTraceID(db, "00-"+fresh+"-00f067aa0ba902b7-00")).To(Equal(fresh))
+
+	// Stalled again on the same generation: nothing changes (no write).
+	again := stalledStatus(db, fleetv1alpha1.ReasonNamespaceNotAllowed, "namespace may not use eu-2")
+	g.Expect(again.LastChangeTraceID).To(Equal(db.Status.LastChangeTraceID))
+	db.Status.LastChangeTraceID = fresh
+	g.Expect(stalledStatus(db, fleetv1alpha1.ReasonNamespaceNotAllowed, "x").LastChangeTraceID).To(Equal(fresh), "a stall of an acted-on generation keeps its trace")
+}
