@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -68,7 +69,9 @@ func explain(ctx context.Context, o *options, name string) error {
 	if err != nil {
 		return err
 	}
-	w := o.streams.Out
+	// Messages and Events hold what others wrote (anyone who may create
+	// Events in the namespace): no escape sequence of theirs reaches the terminal.
+	w := escapingWriter{o.streams.Out}
 	now := time.Now()
 	if !explainSummary(w, &db) {
 		explainConditions(w, &db)
@@ -212,6 +215,17 @@ func memberProblems(m *fleetv1alpha1.MemberCluster, name, ns string, allowed boo
 		why = append(why, "not Ready")
 	}
 	return why
+}
+
+// escapingWriter writes with terminal escape characters made visible
+// (printers.EscapeTerminal). explain writes no colour of its own.
+type escapingWriter struct{ w io.Writer }
+
+func (e escapingWriter) Write(p []byte) (int, error) {
+	if err := printers.WriteEscaped(e.w, string(p)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // recentEvents are the Database's Events, newest last.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -177,4 +178,25 @@ contexts:
 	cfg, err = j.memberConfig()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cfg.CAFile).To(Equal(filepath.Join(dir, "ca.crt")))
+}
+
+// TestNoForeignEscapeSequences: text others wrote (an Event's note, a
+// member's answer in a MemberCluster message) reaches the terminal with its
+// escape characters made visible; the table's own colours stay.
+func TestNoForeignEscapeSequences(t *testing.T) {
+	g := NewWithT(t)
+	const hostile = "pwned\x1b]0;title\x07\x1b[2J\rover"
+	var b bytes.Buffer
+	explainEvents(escapingWriter{&b}, []eventsv1.Event{{Type: "Warning", Reason: "X\x1b[31m", Note: hostile}}, time.Now())
+	g.Expect(b.String()).NotTo(ContainSubstring("\x1b"))
+	g.Expect(b.String()).NotTo(ContainSubstring("\r"))
+	g.Expect(b.String()).To(ContainSubstring("pwned^[]0;title"))
+
+	b.Reset()
+	tb := &table{header: []string{"NAME", "MESSAGE"}}
+	tb.add(cell{text: "eu-1", colour: red}, plain(hostile))
+	tb.render(&b, true)
+	g.Expect(b.String()).NotTo(ContainSubstring("\x1b[2J"))
+	g.Expect(b.String()).NotTo(ContainSubstring("\r"))
+	g.Expect(b.String()).To(ContainSubstring(red + "eu-1" + reset))
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"k8s.io/cli-runtime/pkg/printers"
 )
 
 // ANSI colours; used only when colour is on.
@@ -33,6 +35,13 @@ type table struct {
 func (t *table) add(cells ...cell) { t.rows = append(t.rows, cells) }
 
 func (t *table) render(w io.Writer, colour bool) {
+	// Cells hold what others wrote (a member's error answer in a
+	// MemberCluster message): no escape sequence of theirs reaches the terminal.
+	for _, r := range t.rows {
+		for i := range r {
+			r[i].text = printers.EscapeTerminal(r[i].text)
+		}
+	}
 	widths := make([]int, len(t.header))
 	for i, h := range t.header {
 		widths[i] = utf8.RuneCountInString(h)
