@@ -173,9 +173,16 @@ func (j *joinOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// tlsServerName is the member kubeconfig's tls-server-name, kept with
+	// its server: the name the member's certificate carries when the
+	// server is an address it does not name.
+	var tlsServerName string
 	if j.server == "" {
-		j.server = memberCfg.Host
+		j.server, tlsServerName = memberCfg.Host, memberCfg.ServerName
 		fmt.Fprintf(j.streams.ErrOut, "join: --server not given, using %s from the member kubeconfig\n", j.server)
+	}
+	if !strings.HasPrefix(j.server, "https://") {
+		fmt.Fprintf(j.streams.ErrOut, "join: warning: %s is not https: the hub refuses it unless the MemberCluster sets spec.connection.allowHTTP\n", j.server)
 	}
 	member, err := client.New(memberCfg, client.Options{Scheme: scheme})
 	if err != nil {
@@ -195,7 +202,7 @@ func (j *joinOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kubeconfig, err := memberKubeconfig(j.name, j.server, token, ca)
+	kubeconfig, err := memberKubeconfig(j.name, j.server, tlsServerName, token, ca)
 	if err != nil {
 		return err
 	}
@@ -289,10 +296,12 @@ func (j *joinOptions) waitForToken(ctx context.Context, member client.Client) (t
 }
 
 // memberKubeconfig is the kubeconfig the hub uses for the member: the
-// ServiceAccount's token and the member's CA, nothing read from files.
-func memberKubeconfig(name, server string, token, ca []byte) ([]byte, error) {
+// ServiceAccount's token and the member's CA (and the TLS server name the
+// member's certificate is checked against, when given), nothing read from
+// files, nothing of the user's credentials.
+func memberKubeconfig(name, server, tlsServerName string, token, ca []byte) ([]byte, error) {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, TLSServerName: tlsServerName, CertificateAuthorityData: ca}
 	cfg.AuthInfos[memberdeploy.ServiceAccount] = &clientcmdapi.AuthInfo{Token: string(token)}
 	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: memberdeploy.ServiceAccount}
 	cfg.CurrentContext = name

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/tools/clientcmd"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 )
@@ -123,13 +124,28 @@ func TestDrainPreview(t *testing.T) {
 
 func TestMemberKubeconfig(t *testing.T) {
 	g := NewWithT(t)
-	a, err := memberKubeconfig("eu-1", "https://eu-1:6443", []byte("tok"), []byte("ca"))
+	a, err := memberKubeconfig("eu-1", "https://eu-1:6443", "", []byte("tok"), []byte("ca"))
 	g.Expect(err).NotTo(HaveOccurred())
-	b, err := memberKubeconfig("eu-1", "https://eu-1:6443", []byte("tok"), []byte("ca"))
+	b, err := memberKubeconfig("eu-1", "https://eu-1:6443", "", []byte("tok"), []byte("ca"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(a).To(Equal(b), "the same input gives the same bytes: join run again changes nothing")
 	g.Expect(string(a)).To(ContainSubstring("server: https://eu-1:6443"))
 	g.Expect(string(a)).NotTo(ContainSubstring("tokenFile"))
+
+	// The member kubeconfig's tls-server-name goes with its server: without
+	// it the hub checks the member's certificate against the address.
+	c, err := memberKubeconfig("eu-1", "https://10.0.0.1:6443", "api.eu-1.internal", []byte("tok"), []byte("ca"))
+	g.Expect(err).NotTo(HaveOccurred())
+	raw, err := clientcmd.Load(c)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(raw.Clusters["eu-1"].TLSServerName).To(Equal("api.eu-1.internal"))
+	g.Expect(raw.Clusters["eu-1"].InsecureSkipTLSVerify).To(BeFalse())
+	g.Expect(raw.AuthInfos).To(HaveLen(1))
+	for _, u := range raw.AuthInfos {
+		g.Expect(u.Token).To(Equal("tok"))
+		g.Expect(u.Exec).To(BeNil())
+		g.Expect(u.ClientCertificateData).To(BeEmpty())
+	}
 }
 
 // TestMemberConfigNeverAnotherCluster: a member kubeconfig without a usable
