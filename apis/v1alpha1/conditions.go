@@ -56,6 +56,12 @@ const (
 	// first placement, so that a later default never moves a running
 	// Database to another backend (see EffectiveBackend).
 	AnnotationBackend = "fleetdb.io/backend"
+	// AnnotationClusterID on a MemberCluster is the uid of the member's
+	// kube-system Namespace, recorded by `kubectl fleetdb join`: join refuses
+	// to register a cluster a second time under another name (two
+	// registrations of one cluster would write its objects twice, and a
+	// placement removal under one could delete volumes the other still uses).
+	AnnotationClusterID = "fleetdb.io/cluster-id"
 	// AnnotationRotateCredentials on a Database requests a credential
 	// rotation: set it to a new value (any token up to 253 characters, e.g. a
 	// date) and the hub rotates the database password in every member; the

@@ -193,6 +193,12 @@ func (j *joinOptions) run(ctx context.Context) error {
 		return err
 	}
 
+	// Before anything is written: is this cluster registered already, under
+	// another name?
+	clusterID, err := j.refuseDuplicate(ctx, member, hub)
+	if err != nil {
+		return err
+	}
 	fmt.Fprintf(out, "join: installing the hub's identity in member %s\n", j.name)
 	if err := j.installIdentity(ctx, member); err != nil {
 		return err
@@ -211,7 +217,7 @@ func (j *joinOptions) run(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(out, "join: registering MemberCluster %s\n", j.name)
-	if err := j.applyMemberCluster(ctx, hub, labels, nsSelector); err != nil {
+	if err := j.applyMemberCluster(ctx, hub, labels, nsSelector, clusterID); err != nil {
 		return err
 	}
 	if nsSelector == nil {
@@ -340,7 +346,33 @@ func (j *joinOptions) writeSecret(ctx context.Context, hub client.Client, kubeco
 
 // applyMemberCluster applies the MemberCluster with exactly the given
 // labels and settings (spec.unschedulable and spec.drain are not join's).
-func (j *joinOptions) applyMemberCluster(ctx context.Context, hub client.Client, labels map[string]string, nsSelector *metav1.LabelSelector) error {
+// refuseDuplicate returns the member's cluster id (its kube-system
+// Namespace's uid) and an error when another MemberCluster records the same
+// id: one cluster joined twice under two names gets two writers for its
+// objects, and a placement removal with onPlacementRemoval Delete under one
+// name would delete volumes the other still serves.
+func (j *joinOptions) refuseDuplicate(ctx context.Context, member, hub client.Client) (string, error) {
+	var ns corev1.Namespace
+	if err := j.call(ctx, func(ctx context.Context) error {
+		return member.Get(ctx, types.NamespacedName{Name: metav1.NamespaceSystem}, &ns)
+	}); err != nil {
+		return "", fmt.Errorf("reading the member's kube-system Namespace (its cluster id): %w", err)
+	}
+	id := string(ns.UID)
+	var mcs fleetv1alpha1.MemberClusterList
+	if err := j.call(ctx, func(ctx context.Context) error { return hub.List(ctx, &mcs) }); err != nil {
+		return "", fmt.Errorf("listing MemberClusters: %w", err)
+	}
+	for _, mc := range mcs.Items {
+		if mc.Name != j.name && mc.Annotations[fleetv1alpha1.AnnotationClusterID] == id {
+			return "", fmt.Errorf("refusing to join %s: this cluster (kube-system uid %s) is joined already as MemberCluster %s; "+
+				"one cluster registered twice gets two writers, and a placement removal under one name could delete volumes the other serves", j.name, id, mc.Name)
+		}
+	}
+	return id, nil
+}
+
+func (j *joinOptions) applyMemberCluster(ctx context.Context, hub client.Client, labels map[string]string, nsSelector *metav1.LabelSelector, clusterID string) error {
 	spec := map[string]any{
 		"kubeconfigSecretRef": map[string]any{"name": j.name + "-kubeconfig", "key": "kubeconfig"},
 	}
@@ -364,7 +396,8 @@ func (j *joinOptions) applyMemberCluster(ctx context.Context, hub client.Client,
 	}
 	mc := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": fleetv1alpha1.GroupVersion.String(), "kind": "MemberCluster",
-		"metadata": map[string]any{"name": j.name, "labels": lbls},
+		"metadata": map[string]any{"name": j.name, "labels": lbls,
+			"annotations": map[string]any{fleetv1alpha1.AnnotationClusterID: clusterID}},
 		"spec":     spec,
 	}}
 	err := j.call(ctx, func(ctx context.Context) error {

@@ -270,6 +270,7 @@ func CLISpec(ctx context.Context, in CLIInput) {
 	g.Expect(after.Generation).To(Equal(before.Generation), "a refused unjoin changed the MemberCluster")
 
 	cliJoinAgain(ctx, in, ns, f.Members[0])
+	cliJoinDuplicate(ctx, in, f.Members[0])
 	cliUnjoinForce(ctx, in, ns, f.Members[1], orders, []string{m1, m2})
 
 	for _, args := range [][]string{{"drain"}, {"status", "-o", "xml"}, {"join", "x"}, {"nope"}} {
@@ -479,6 +480,27 @@ func cliJoinAgain(ctx context.Context, in CLIInput, ns string, member *Cluster) 
 	g.Expect(f.Hub.Client.Get(ctx, client.ObjectKeyFromObject(&secret), &secretAfter)).To(Succeed())
 	g.Expect(secretAfter.ResourceVersion).To(Equal(secret.ResourceVersion), "join run again changed the kubeconfig Secret")
 	g.Expect(identity()).To(Equal(beforeIdentity), "join run again changed the identity in the member")
+}
+
+// cliJoinDuplicate joins a registered member's cluster again under another
+// name: join refuses before it writes anything (one cluster with two
+// registrations would get two writers).
+func cliJoinDuplicate(ctx context.Context, in CLIInput, member *Cluster) {
+	t, f := in.T, in.Fleet
+	g := NewWithT(t)
+	const dup = "e2e-duplicate"
+	args := joinArgs(ctx, g, f, member)
+	args[1] = dup
+	var mc fleetv1alpha1.MemberCluster
+	g.Expect(f.Hub.Client.Get(ctx, types.NamespacedName{Name: member.Name}, &mc)).To(Succeed())
+	g.Expect(mc.Annotations).To(HaveKey(fleetv1alpha1.AnnotationClusterID), "join records the member's cluster id")
+	res := runCLI(ctx, in, args...)
+	g.Expect(res.code).To(Equal(1), "join of a cluster joined already under another name")
+	g.Expect(res.stderr).To(ContainSubstring("joined already as MemberCluster " + member.Name))
+	err := f.Hub.Client.Get(ctx, types.NamespacedName{Name: dup}, &fleetv1alpha1.MemberCluster{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no MemberCluster %s: %v", dup, err)
+	err = f.Hub.Client.Get(ctx, types.NamespacedName{Namespace: envOr("FLEETDB_E2E_HUB_NAMESPACE", "fleetdb-system"), Name: dup + "-kubeconfig"}, &corev1.Secret{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no kubeconfig Secret for %s: %v", dup, err)
 }
 
 // cliUnjoinForce unjoins a member on which orders is placed with --force
