@@ -398,7 +398,7 @@ func (j *joinOptions) applyMemberCluster(ctx context.Context, hub client.Client,
 		"apiVersion": fleetv1alpha1.GroupVersion.String(), "kind": "MemberCluster",
 		"metadata": map[string]any{"name": j.name, "labels": lbls,
 			"annotations": map[string]any{fleetv1alpha1.AnnotationClusterID: clusterID}},
-		"spec":     spec,
+		"spec": spec,
 	}}
 	err := j.call(ctx, func(ctx context.Context) error {
 		return hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(mc), client.FieldOwner(FieldManager), client.ForceOwnership)
