@@ -54,84 +54,106 @@ func holdsPrimary(db *fleetv1alpha1.Database, member string) bool {
 // Database is placed on now). Members already placed come first when the cap
 // bites, so a new registration never moves a running Database.
 func resolvePlacement(db *fleetv1alpha1.Database, members []fleetv1alpha1.MemberCluster, current []string) (placementResult, error) {
-	var res placementResult
 	p := db.Spec.Placement
 	var selector labels.Selector
 	if p.ClusterSelector != nil {
 		s, err := metav1.LabelSelectorAsSelector(p.ClusterSelector)
 		if err != nil {
-			return res, fmt.Errorf("spec.placement.clusterSelector: %w", err)
+			return placementResult{}, fmt.Errorf("spec.placement.clusterSelector: %w", err)
 		}
 		selector = s
 	}
-	byName := make(map[string]*fleetv1alpha1.MemberCluster, len(members))
+	c := placementChoice{db: db, current: current, byName: make(map[string]*fleetv1alpha1.MemberCluster, len(members)), seen: map[string]bool{}}
 	for i := range members {
 		if members[i].DeletionTimestamp.IsZero() {
-			byName[members[i].Name] = &members[i]
+			c.byName[members[i].Name] = &members[i]
 		}
-	}
-	eligible := func(name string) bool {
-		m := byName[name]
-		if m == nil {
-			return false
-		}
-		if m.Spec.Drain {
-			if slices.Contains(current, name) && holdsPrimary(db, name) {
-				res.DrainHeld = append(res.DrainHeld, name)
-				return true
-			}
-			res.Drained = append(res.Drained, name)
-			return false
-		}
-		if m.Spec.Unschedulable && !slices.Contains(current, name) {
-			res.Cordoned = append(res.Cordoned, name)
-			return false
-		}
-		return true
-	}
-
-	var candidates []string
-	seen := map[string]bool{}
-	add := func(name string) {
-		if !seen[name] && eligible(name) {
-			candidates = append(candidates, name)
-		}
-		seen[name] = true
 	}
 	for _, name := range p.ClusterNames {
-		if byName[name] == nil {
-			res.Missing = append(res.Missing, name)
-			seen[name] = true
+		if c.byName[name] == nil {
+			c.res.Missing = append(c.res.Missing, name)
+			c.seen[name] = true
 			continue
 		}
-		add(name)
+		c.add(name)
 	}
 	if selector != nil {
-		names := make([]string, 0, len(byName))
-		for name, m := range byName {
-			if selector.Matches(labels.Set(m.Labels)) {
-				names = append(names, name)
-			}
-		}
-		slices.Sort(names)
-		for _, name := range names {
-			add(name)
+		for _, name := range c.matching(selector) {
+			c.add(name)
 		}
 	}
-	if p.MaxClusters != nil && len(candidates) > int(*p.MaxClusters) {
-		// Stable under the cap: members placed now first, then candidate order.
-		slices.SortStableFunc(candidates, func(a, b string) int {
-			ca, cb := slices.Contains(current, a), slices.Contains(current, b)
-			switch {
-			case ca && !cb:
-				return -1
-			case cb && !ca:
-				return 1
-			}
-			return 0
-		})
-		candidates = candidates[:*p.MaxClusters]
+	c.res.Targets = capPlacement(c.candidates, p.MaxClusters, current)
+	return c.res, nil
+}
+
+// placementChoice collects a Database's candidate members in order.
+type placementChoice struct {
+	db         *fleetv1alpha1.Database
+	current    []string
+	byName     map[string]*fleetv1alpha1.MemberCluster
+	seen       map[string]bool
+	candidates []string
+	res        placementResult
+}
+
+// add makes a registered member a candidate once, if it is eligible.
+func (c *placementChoice) add(name string) {
+	if !c.seen[name] && c.eligible(name) {
+		c.candidates = append(c.candidates, name)
 	}
-	res.Targets = candidates
-	return res, nil
+	c.seen[name] = true
+}
+
+// eligible: draining members only keep a primary they hold; unschedulable
+// ones only keep an existing placement. What is left out is recorded.
+func (c *placementChoice) eligible(name string) bool {
+	m := c.byName[name]
+	if m == nil {
+		return false
+	}
+	placed := slices.Contains(c.current, name)
+	if m.Spec.Drain {
+		if placed && holdsPrimary(c.db, name) {
+			c.res.DrainHeld = append(c.res.DrainHeld, name)
+			return true
+		}
+		c.res.Drained = append(c.res.Drained, name)
+		return false
+	}
+	if m.Spec.Unschedulable && !placed {
+		c.res.Cordoned = append(c.res.Cordoned, name)
+		return false
+	}
+	return true
+}
+
+// matching are the registered members the selector matches, by name.
+func (c *placementChoice) matching(selector labels.Selector) []string {
+	names := make([]string, 0, len(c.byName))
+	for name, m := range c.byName {
+		if selector.Matches(labels.Set(m.Labels)) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// capPlacement cuts candidates to maxClusters, stable under the cap:
+// members placed now first, then candidate order.
+func capPlacement(candidates []string, maxClusters *int32, current []string) []string {
+	if maxClusters == nil || len(candidates) <= int(*maxClusters) {
+		return candidates
+	}
+	slices.SortStableFunc(candidates, func(a, b string) int {
+		ca, cb := slices.Contains(current, a), slices.Contains(current, b)
+		switch {
+		case ca && !cb:
+			return -1
+		case cb && !ca:
+			return 1
+		}
+		return 0
+	})
+	return candidates[:*maxClusters]
 }
