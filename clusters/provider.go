@@ -96,6 +96,11 @@ type Options struct {
 	// WrapTransport, when set, wraps the transport of every member rest config
 	// (clusters, probes and ConfigFor), e.g. for tracing or counting requests.
 	WrapTransport func(cluster string, rt http.RoundTripper) http.RoundTripper
+
+	// EveryReplica runs the MemberCluster controller on every hub replica,
+	// not only on the elected leader (a sharded hub: every replica connects
+	// to every member); see SetStatusWriter.
+	EveryReplica bool
 }
 
 // Health is the provider's in-memory view of one member.
@@ -129,10 +134,13 @@ var (
 type Provider struct {
 	opts Options
 
-	mu       sync.RWMutex
-	members  map[string]*member
-	indexers []index
-	subs     []*subscriber
+	mu sync.RWMutex
+	// statusWriter, when set, says whether this replica writes
+	// MemberCluster status now (SetStatusWriter).
+	statusWriter func() bool
+	members      map[string]*member
+	indexers     []index
+	subs         []*subscriber
 	// Set by SetupWithManager.
 	hub       client.Client
 	hubReader client.Reader
@@ -297,4 +305,20 @@ func (p *Provider) enqueue(name string) {
 	if q != nil {
 		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
 	}
+}
+
+// SetStatusWriter makes the provider write MemberCluster status only while
+// writer returns true (a sharded hub: the elected leader); call it before
+// Start. Without it the provider always writes.
+func (p *Provider) SetStatusWriter(writer func() bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.statusWriter = writer
+}
+
+// writesStatus reports whether this replica writes MemberCluster status now.
+func (p *Provider) writesStatus() bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.statusWriter == nil || p.statusWriter()
 }

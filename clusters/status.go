@@ -56,6 +56,9 @@ func setStatus(mc *fleetv1alpha1.MemberCluster, v view) bool {
 // writeStatus patches mc.status to the view when it changed. The provider is
 // the only writer of MemberCluster.status, so a merge patch suffices.
 func (p *Provider) writeStatus(ctx context.Context, mc *fleetv1alpha1.MemberCluster, v view) error {
+	if !p.writesStatus() {
+		return nil
+	}
 	orig := mc.DeepCopy()
 	if !setStatus(mc, v) {
 		return nil

@@ -46,6 +46,8 @@ type databaseReconciler struct {
 	tracer trace.Tracer
 	// tombstones record the members whose teardown was skipped.
 	tombstones *tombstones
+	// shard is the sharded hub's runtime; nil without --sharding.
+	shard *shardRuntime
 }
 
 // databaseScope is what one reconcile of a Database works on: the phases
@@ -138,6 +140,7 @@ func (r *databaseReconciler) loadScope(ctx context.Context, key types.Namespaced
 	if err := r.hub.Get(ctx, key, db); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.state.forget(key)
+			r.forgetPlacements(ctx, key)
 			return nil, nil
 		}
 		return nil, fmt.Errorf("reading database: %w", err)

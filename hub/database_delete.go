@@ -43,6 +43,7 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 			return ctrl.Result{}, err
 		}
 		r.state.forget(s.key)
+		r.forgetPlacements(ctx, s.key)
 		r.state.markFinalized(db.UID)
 		return ctrl.Result{}, nil
 	}

@@ -124,6 +124,9 @@ func (r *databaseReconciler) reconcileStatus(_ context.Context, s *databaseScope
 func (r *databaseReconciler) fanOut(ctx context.Context, key types.NamespacedName, p *plan) {
 	prev := r.state.plan(key)
 	r.publish(ctx, key, p)
+	if r.shard != nil {
+		r.publishPlacements(ctx, key, p)
+	}
 	for _, name := range p.changedMembers(prev) {
 		r.members.addWith(name, key, priorityChange, 0)
 	}

@@ -89,6 +89,11 @@ func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.P
 	}
 	// Every request of this replica, to the hub and to members, names it.
 	reg.UserAgent = UserAgent(cfg.Version, cfg.ReplicaID)
+	if opts.Sharding {
+		// Every replica connects to every member (and probes it); the
+		// MemberCluster status is written by the elected leader only.
+		reg.EveryReplica = true
+	}
 	provider := clusters.New(reg)
 
 	hubCfg := rest.CopyConfig(cfg.Hub)
@@ -111,7 +116,7 @@ func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.P
 	if err := leaderElectionOptions(ctx, &mopts, cfg, opts.HubNamespace); err != nil {
 		return nil, nil, err
 	}
-	mgr, err := mcmanager.New(hubCfg, provider, mopts)
+	mgr, err := newMCManager(hubCfg, provider, mopts, cfg, &opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating manager: %w", err)
 	}

@@ -49,6 +49,8 @@ type memberSyncReconciler struct {
 	self    *queueRef
 	// watches watches the CloudNativePG Clusters of members that run them.
 	watches *backendWatches
+	// shard is the sharded hub's runtime; nil without --sharding.
+	shard *shardRuntime
 }
 
 // Reconcile is the envelope of one member sync: the per-member slot, the
@@ -63,6 +65,9 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 		return ctrl.Result{}, nil // parked: back in the queue when a sync of this member ends
 	}
 	defer r.releaseSlot(cluster)
+	if r.shard != nil {
+		return r.shardedSync(ctx, req)
+	}
 	p := r.state.plan(key)
 	if p == nil {
 		// The Database controller has not planned this Database yet; it
@@ -70,9 +75,16 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 		r.lineage.forgetDatabase(key)
 		return ctrl.Result{}, nil
 	}
+	out := r.syncPlan(ctx, cluster, key, p)
+	return ctrl.Result{RequeueAfter: out.requeue}, out.err
+}
+
+// syncPlan runs one member sync on plan p: the span and deadline, the work,
+// and the result recorded.
+func (r *memberSyncReconciler) syncPlan(ctx context.Context, cluster string, key types.NamespacedName, p *plan) syncOutcome {
 	role := p.role(cluster)
 	if role == roleNone {
-		return ctrl.Result{}, nil
+		return syncOutcome{}
 	}
 	ctx, tel := r.startSync(ctx, cluster, key, p, role)
 	ctx, cancel := context.WithTimeout(ctx, r.opts.MemberCallTimeout)
@@ -82,7 +94,7 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 		r.record(key, cluster, out.result)
 	}
 	tel.end(out)
-	return ctrl.Result{RequeueAfter: out.requeue}, out.err
+	return out
 }
 
 // releaseSlot frees the member's slot and runs the request parked on it, if any.

@@ -53,6 +53,13 @@ type Options struct {
 	// Empty: NewManager reads it from, or generates it into, the
 	// HubIdentityConfigMap of the hub namespace. Tests set it to run two hubs.
 	HubID string
+	// Sharding spreads the members over the hub replicas (--sharding;
+	// docs/sharding.md): each member is synced by the replica holding its
+	// fence Lease; the elected leader stays the one writer of Database
+	// status. Off: the single-leader hub.
+	Sharding bool
+	// shards is the sharded coordinator NewManager built (Sharding only).
+	shards *shardCoordinator
 }
 
 func (o Options) withDefaults() Options {

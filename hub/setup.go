@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -39,6 +40,11 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 		// multicluster-runtime's builder does not take this from the manager's options.
 		skipNames: local.GetControllerOptions().SkipNameValidation,
 	}
+	if opts.Sharding {
+		if err := w.setupSharding(); err != nil {
+			return fmt.Errorf("sharding: %w", err)
+		}
+	}
 	if err := w.databaseController(); err != nil {
 		return fmt.Errorf("database controller: %w", err)
 	}
@@ -48,8 +54,12 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 	if err := w.sweepController(); err != nil {
 		return fmt.Errorf("member sweep controller: %w", err)
 	}
-	if err := w.backupController(); err != nil {
-		return fmt.Errorf("database backup controller: %w", err)
+	// A sharded hub runs no backup controller: it writes to members from
+	// the leader, whichever replica owns them (docs/sharding.md).
+	if !opts.Sharding {
+		if err := w.backupController(); err != nil {
+			return fmt.Errorf("database backup controller: %w", err)
+		}
 	}
 	telemetry.FleetGauges.Use(&fleetSource{hub: local.GetClient(), state: w.state, provider: provider})
 	return nil
@@ -68,6 +78,8 @@ type wiring struct {
 	skipNames            *bool
 	// tombstones are the hub's record of member teardowns it skipped.
 	tombstones *tombstones
+	// shard is the sharded hub's runtime; nil without --sharding.
+	shard *shardRuntime
 }
 
 // databaseController: hub Database events, registry changes (MemberCluster
@@ -77,7 +89,7 @@ func (w *wiring) databaseController() error {
 	dbr := &databaseReconciler{
 		hub: local.GetClient(), live: local.GetAPIReader(), provider: w.provider, state: w.state,
 		opts: w.opts, recorder: w.recorder, members: w.memberQueue, now: time.Now, tracer: telemetry.Tracer(),
-		tombstones: w.tombstones,
+		tombstones: w.tombstones, shard: w.shard,
 	}
 	hubOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)}
 	return mcbuilder.ControllerManagedBy(w.mgr).
@@ -109,7 +121,7 @@ func (w *wiring) memberSyncController() error {
 		mgr: w.mgr, hub: local.GetClient(), hubLive: local.GetAPIReader(), provider: w.provider, state: w.state, memo: w.memo,
 		opts: w.opts, recorder: w.recorder, databases: w.dbQueue, tracer: telemetry.Tracer(),
 		limiter: newMemberLimiter(max(2, w.opts.MemberWorkers/4)), self: w.memberQueue,
-		watches: newBackendWatches(w.memberQueue),
+		watches: newBackendWatches(w.memberQueue), shard: w.shard,
 	}
 	// Beyond its first sync, a member starts another only while fewer than
 	// half the workers are busy: slow members cannot starve the others.
@@ -130,6 +142,8 @@ func (w *wiring) memberSyncController() error {
 			MaxConcurrentReconciles: w.opts.MemberWorkers,
 			ReconciliationTimeout:   w.opts.MemberCallTimeout,
 			SkipNameValidation:      w.skipNames,
+			// Sharded, every replica syncs the members it owns.
+			NeedLeaderElection: ptr.To(w.shard == nil),
 			LogConstructor: reconcileLogs(w.mgr.GetLogger(), "member-sync", func(req *mcreconcile.Request) []any {
 				return []any{"cluster", string(req.ClusterName), "database", req.NamespacedName.String()}
 			}),
@@ -143,6 +157,9 @@ func (w *wiring) sweepController() error {
 	local := w.mgr.GetLocalManager()
 	sw := newSweeper(w.mgr, local.GetClient(), w.state, w.provider, w.memo, w.opts.MemberCallTimeout)
 	sw.hubID, sw.tombstones = w.opts.HubID, w.tombstones
+	if w.shard != nil {
+		sw.owns = w.shard.coord.owns
+	}
 	return ctrl.NewControllerManagedBy(local).
 		Named("member-sweep").
 		WatchesRawSource(registrySource[reconcile.Request]{provider: w.provider, requests: sw.sweepRequests}).
@@ -171,6 +188,11 @@ func (w *wiring) syncsOnMember(name string, _ clusters.Health) []mcreconcile.Req
 	var out []mcreconcile.Request
 	for _, key := range w.state.databasesOn(name) {
 		out = append(out, request(name, key))
+	}
+	if w.shard != nil {
+		for _, key := range w.shard.databasesOn(name) {
+			out = append(out, request(name, key))
+		}
 	}
 	return out
 }

@@ -53,6 +53,9 @@ type sweeper struct {
 	// hubID is this hub's identity; tombstones its record of what to collect.
 	hubID      string
 	tombstones *tombstones
+	// owns, when set (--sharding), says which members this replica owns:
+	// only those are swept from here.
+	owns func(cluster string) bool
 
 	mu sync.Mutex
 	// attempts counts the sweeps of a member since it turned Ready.
@@ -94,7 +97,7 @@ func (s *sweeper) sweepRequests(name string, h clusters.Health) []reconcile.Requ
 func (s *sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	cluster := req.Name
 	log := ctrl.LoggerFrom(ctx).WithValues("cluster", cluster, "sweep", true)
-	if h := s.provider.Health(cluster); !h.Engaged || !h.Ready {
+	if h := s.provider.Health(cluster); !h.Engaged || !h.Ready || (s.owns != nil && !s.owns(cluster)) {
 		s.setAttempts(cluster, -1)
 		return reconcile.Result{}, nil
 	}

@@ -23,7 +23,8 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &Database{}, &DatabaseList{}, &MemberCluster{}, &MemberClusterList{}, &DatabaseBackup{}, &DatabaseBackupList{})
+	s.AddKnownTypes(GroupVersion, &Database{}, &DatabaseList{}, &MemberCluster{}, &MemberClusterList{}, &DatabaseBackup{}, &DatabaseBackupList{},
+		&DatabasePlacement{}, &DatabasePlacementList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

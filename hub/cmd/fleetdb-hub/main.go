@@ -40,6 +40,8 @@ func main() {
 		"how long the leader tries to renew its lease before it gives up and exits (less than the lease duration)")
 	flag.DurationVar(&cfg.LeaderElection.RetryPeriod, "leader-elect-retry-period", hub.DefaultRetryPeriod,
 		"how often the leader renews and a standby tries to take over")
+	flag.BoolVar(&cfg.Options.Sharding, "sharding", false,
+		"spread the members over the hub replicas (experimental; docs/sharding.md): each member is synced by the replica holding its fence Lease, the elected leader writes Database status")
 	var replicaName string
 	flag.StringVar(&replicaName, "replica-name", "", "this replica's name in the leader election Lease and in its user agents, before a random suffix (default: the host name)")
 	flag.StringVar(&cfg.Options.HubNamespace, "hub-namespace", hub.DefaultHubNamespace, "the hub's own namespace (protected; leader election lease)")
@@ -90,7 +92,7 @@ func main() {
 	_ = mgr.GetLocalManager().AddReadyzCheck("ping", healthz.Ping)
 	start := time.Now()
 	log.Info("starting fleetdb hub", "hubNamespace", cfg.Options.HubNamespace, "replica", cfg.ReplicaID,
-		"leaderElection", cfg.LeaderElection.Enabled)
+		"leaderElection", cfg.LeaderElection.Enabled, "sharding", cfg.Options.Sharding)
 	err = mgr.Start(ctx)
 	// The last spans go out before the process does.
 	sctx, cancel := context.WithTimeout(context.Background(), tracingShutdownTimeout)
