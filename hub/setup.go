@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -126,7 +125,12 @@ func (w *wiring) memberSyncController() error {
 	// Beyond its first sync, a member starts another only while fewer than
 	// half the workers are busy: slow members cannot starve the others.
 	msr.limiter.budget = max(1, w.opts.MemberWorkers/2)
-	b := mcbuilder.ControllerManagedBy(w.mgr).Named("member-sync")
+	mgr := w.mgr
+	if w.shard != nil {
+		// Sharded, every replica syncs the members it owns.
+		mgr = everyReplica{w.mgr}
+	}
+	b := mcbuilder.ControllerManagedBy(mgr).Named("member-sync")
 	memberOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(false), mcbuilder.WithEngageWithProviderClusters(true)}
 	for _, obj := range memberKinds() {
 		gvk, err := apiutil.GVKForObject(obj, local.GetScheme())
@@ -142,8 +146,6 @@ func (w *wiring) memberSyncController() error {
 			MaxConcurrentReconciles: w.opts.MemberWorkers,
 			ReconciliationTimeout:   w.opts.MemberCallTimeout,
 			SkipNameValidation:      w.skipNames,
-			// Sharded, every replica syncs the members it owns.
-			NeedLeaderElection: ptr.To(w.shard == nil),
 			LogConstructor: reconcileLogs(w.mgr.GetLogger(), "member-sync", func(req *mcreconcile.Request) []any {
 				return []any{"cluster", string(req.ClusterName), "database", req.NamespacedName.String()}
 			}),

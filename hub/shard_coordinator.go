@@ -205,3 +205,18 @@ func newMCManager(hubCfg *rest.Config, provider *clusters.Provider, mopts manage
 	}
 	return mgr, nil
 }
+
+// everyReplica is the manager as a controller built on it sees it: what it
+// adds runs on every replica. multicluster-runtime's controllers do not pass
+// controller-runtime's NeedLeaderElection option on, so the member sync
+// controller of a sharded hub is added through it.
+type everyReplica struct{ mcmanager.Manager }
+
+func (m everyReplica) Add(r mcmanager.Runnable) error {
+	return m.Manager.Add(leaderlessAware{r})
+}
+
+// leaderlessAware is a multicluster Runnable run on every replica.
+type leaderlessAware struct{ mcmanager.Runnable }
+
+func (leaderlessAware) NeedLeaderElection() bool { return false }

@@ -1,0 +1,380 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega" //nolint:staticcheck // ST1001: gomega's DSL reads as assertions, as in Cluster API's test/framework
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub"
+	"github.com/fleetdb/fleetdb/test/fleet"
+	"github.com/fleetdb/fleetdb/test/localfleet"
+)
+
+// AuditFleetOptions set a local fleet up so that every API server logs its
+// writes (metadata only) the way the suite reads them (FailoverSpec,
+// ShardingSpec): extra environment and files for localfleet.Options.
+func AuditFleetOptions(fleetDir string) (env []string, files map[string][]byte) {
+	return []string{"FLEET_AUDIT_POLICY=" + filepath.Join(fleetDir, auditPolicyFile)},
+		map[string][]byte{auditPolicyFile: []byte(auditPolicy)}
+}
+
+// ShardingInput is the input of ShardingSpec.
+type ShardingInput struct {
+	T     testing.TB
+	Fleet *Fleet
+	// Hubs are hub replicas run with --sharding (three).
+	Hubs *localfleet.HubSet
+	// AuditLog is where a cluster's API server logs its writes.
+	AuditLog func(cluster string) string
+	// Databases created, each placed on every member; default 2.
+	Databases int
+	// HubNamespace holds the Leases and placements; default fleetdb-system.
+	HubNamespace string
+}
+
+// ShardingSpec runs on hub replicas with --sharding and proves:
+//   - the members are split over the replicas: every member's fence Lease is
+//     held by a live replica, and more than one replica holds fences;
+//   - Databases placed on every member become Ready, and before the kill
+//     every member is written by its fence holder only, and the placements
+//     are written only on change (none in a quiet window once Ready);
+//   - a replica that owns members is killed with SIGKILL: every one of its
+//     members' fences is taken by a surviving replica, which writes to the
+//     member (the takeover times are logged, not asserted);
+//   - from the audit logs, no member object is written by two replicas at
+//     overlapping times, and the killed one writes nothing after the kill;
+//   - no Database's status leaves Ready for a wrong phase (Failed,
+//     Degraded, Pending) from the first Ready to the end, and every member
+//     holds exactly each Database's objects.
+func ShardingSpec(ctx context.Context, in ShardingInput) {
+	t, f := in.T, in.Fleet
+	g := NewWithT(t)
+	ns := in.HubNamespace
+	if ns == "" {
+		ns = "fleetdb-system"
+	}
+	n := in.Databases
+	if n == 0 {
+		n = 2
+	}
+	members := f.MemberNames()
+	owners := waitForShards(ctx, t, f, in.Hubs, ns, members)
+	t.Logf("members by owner: %v", byOwner(owners))
+	leader := replicaName(WaitForLeader(ctx, t, f, types.NamespacedName{Namespace: ns, Name: hub.LeaderElectionID}, ""))
+	t.Logf("elected leader (the Database status writer): %s", leader)
+
+	tenant := CreateNamespace(ctx, CreateNamespaceInput{T: t, Fleet: f, Prefix: "e2e-sharding"})
+	DumpOnFailure(t, f, tenant)
+	flaps := watchPhases(ctx, t, f, tenant)
+	dbs := make([]*fleetv1alpha1.Database, n)
+	for i := range n {
+		db := NewDatabase(tenant, fmt.Sprintf("db-%02d", i), 1, members)
+		db.Spec.Backend = fleetv1alpha1.BackendStatefulSet
+		g.Expect(f.Hub.Client.Create(ctx, db)).To(Succeed())
+		dbs[i] = db
+	}
+	for _, db := range dbs {
+		WaitForDatabaseReady(ctx, WaitForDatabaseReadyInput{T: t, Fleet: f, Key: client.ObjectKeyFromObject(db), Members: members, Replicas: 1})
+	}
+	// At rest: no placement written in a quiet window.
+	time.Sleep(3 * time.Second)
+	quiet := time.Now()
+	time.Sleep(10 * time.Second)
+	expectNoPlacementWrites(t, in.AuditLog, quiet, time.Now())
+	g.Expect(ownersNow(ctx, g, f, ns, members)).To(Equal(owners), "the members' owners changed without a replica joining or leaving")
+
+	victim := pickVictim(owners, leader)
+	var lost []string
+	for m, o := range owners {
+		if o == victim {
+			lost = append(lost, m)
+		}
+	}
+	slices.Sort(lost)
+	killed := time.Now()
+	g.Expect(in.Hubs.Replica(victim).Kill()).To(Succeed())
+	t.Logf("killed %s (leader: %t) with SIGKILL; its members: %v", victim, victim == leader, lost)
+
+	acquired := waitForTakeover(ctx, t, f, ns, lost, victim, in.Hubs.Names())
+	for _, db := range dbs {
+		WaitForDatabaseReady(ctx, WaitForDatabaseReadyInput{T: t, Fleet: f, Key: client.ObjectKeyFromObject(db), Members: members, Replicas: 1})
+	}
+	expectExactMemberObjects(ctx, t, f, tenant, dbs)
+	firstWrites := expectShardWriters(t, f, in.AuditLog, owners, killed)
+	flaps.stop()
+	g.Expect(flaps.bad()).To(BeEmpty(), "a Database's status left Ready for a wrong phase")
+
+	var report []string
+	for _, m := range lost {
+		fw := "none"
+		if w, ok := firstWrites[m]; ok {
+			fw = w.Sub(killed).Round(10 * time.Millisecond).String()
+		}
+		report = append(report, fmt.Sprintf("%s: fence %s, first write %s", m, acquired[m].Sub(killed).Round(10*time.Millisecond), fw))
+	}
+	msg := fmt.Sprintf("e2e: sharding: %d members, %d replicas, SIGKILL of %s (leader %t) → takeover of its %d members: %s",
+		len(members), len(in.Hubs.Names()), victim, victim == leader, len(lost), strings.Join(report, "; "))
+	t.Log(msg)
+	fmt.Fprintln(os.Stderr, msg)
+}
+
+// waitForShards waits until every member's fence is held by a replica of
+// hubs, more than one replica holds fences, and the holders stay the same
+// for a while (the replicas that started last took their share); it
+// returns member → replica name.
+func waitForShards(ctx context.Context, t testing.TB, f *Fleet, hubs *localfleet.HubSet, ns string, members []string) map[string]string {
+	t.Helper()
+	var owners map[string]string
+	stableSince := time.Now()
+	NewWithT(t).Eventually(func(g Gomega) {
+		now := ownersNow(ctx, g, f, ns, members)
+		for m, o := range now {
+			g.Expect(hubs.Names()).To(ContainElement(o), "member %s: fence holder %q is none of the replicas", m, o)
+		}
+		g.Expect(len(byOwner(now))).To(BeNumerically(">", 1), "one replica holds every fence: %v", now)
+		if !mapsEqual(now, owners) {
+			owners, stableSince = now, time.Now()
+		}
+		g.Expect(time.Since(stableSince)).To(BeNumerically(">", 3*hub.ShardProbe), "the owners are still moving")
+	}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
+	return owners
+}
+
+// ownersNow reads every member's fence Lease: member → replica name ("" when free or expired).
+func ownersNow(ctx context.Context, g Gomega, f *Fleet, ns string, members []string) map[string]string {
+	out := map[string]string{}
+	for _, m := range members {
+		l := &coordinationv1.Lease{}
+		g.Expect(f.Hub.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: hub.ShardFencePrefix + "-" + m}, l)).To(Succeed(), "fence of %s", m)
+		out[m] = fenceHolder(l)
+	}
+	return out
+}
+
+// fenceHolder is the replica name of a fence's live holder ("hub-0" of
+// "hub-0-<uuid>"), "" when none.
+func fenceHolder(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+		return ""
+	}
+	if time.Now().After(l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)) {
+		return ""
+	}
+	parts := strings.SplitN(*l.Spec.HolderIdentity, "-", 3)
+	if len(parts) < 3 {
+		return *l.Spec.HolderIdentity
+	}
+	return parts[0] + "-" + parts[1]
+}
+
+func byOwner(owners map[string]string) map[string][]string {
+	out := map[string][]string{}
+	for m, o := range owners {
+		out[o] = append(out[o], m)
+	}
+	for o := range out {
+		slices.Sort(out[o])
+	}
+	return out
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// pickVictim is the replica to kill: the one owning the most members,
+// preferring one that is not the leader (its members' takeover is then
+// measured alone, the Database status writer staying where it is).
+func pickVictim(owners map[string]string, leader string) string {
+	counts := byOwner(owners)
+	best := ""
+	for o, ms := range counts {
+		switch {
+		case best == "":
+			best = o
+		case (best == leader) != (o == leader):
+			if best == leader {
+				best = o
+			}
+		case len(ms) > len(counts[best]) || (len(ms) == len(counts[best]) && o < best):
+			best = o
+		}
+	}
+	return best
+}
+
+// waitForTakeover waits until every lost member's fence is held by another
+// live replica and returns, per member, when the new holder acquired it.
+func waitForTakeover(ctx context.Context, t testing.TB, f *Fleet, ns string, lost []string, victim string, replicas []string) map[string]time.Time {
+	t.Helper()
+	out := map[string]time.Time{}
+	NewWithT(t).Eventually(func(g Gomega) {
+		for _, m := range lost {
+			l := &coordinationv1.Lease{}
+			g.Expect(f.Hub.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: hub.ShardFencePrefix + "-" + m}, l)).To(Succeed())
+			o := fenceHolder(l)
+			g.Expect(o).NotTo(BeEmpty(), "%s: no live fence holder yet", m)
+			g.Expect(o).NotTo(Equal(victim), "%s: still held by the killed replica", m)
+			g.Expect(replicas).To(ContainElement(o))
+			g.Expect(l.Spec.AcquireTime).NotTo(BeNil())
+			out[m] = l.Spec.AcquireTime.Time
+		}
+	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(100 * time.Millisecond).Should(Succeed())
+	return out
+}
+
+// expectNoPlacementWrites: the hub's audit log shows no placement written in [from, to).
+func expectNoPlacementWrites(t testing.TB, auditLog func(string) string, from, to time.Time) {
+	t.Helper()
+	writes, err := readAuditWrites(auditLog("hub"))
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	var in []string
+	for _, w := range writes {
+		if w.Resource == "databaseplacements" && !w.Received.Before(from) && w.Received.Before(to) {
+			in = append(in, fmt.Sprintf("%s %s by %s at %s", w.Verb, w.Object, w.Replica, w.Received.Format(time.RFC3339Nano)))
+		}
+	}
+	NewWithT(t).Expect(in).To(BeEmpty(), "placements written at rest")
+}
+
+// expectShardWriters reads every member's audit log and proves: before the
+// kill, a member is written only by its fence holder; the killed replica
+// writes nothing after the kill; no object is written by two replicas at
+// overlapping times. It returns each member's first write after the kill.
+func expectShardWriters(t testing.TB, f *Fleet, auditLog func(string) string, owners map[string]string, killed time.Time) map[string]time.Time {
+	t.Helper()
+	g := NewWithT(t)
+	first := map[string]time.Time{}
+	for _, m := range f.MemberNames() {
+		writes, err := readAuditWrites(auditLog(m))
+		g.Expect(err).NotTo(HaveOccurred())
+		type span struct{ first, last time.Time }
+		spans := map[string]map[string]*span{} // object → replica → span
+		var foreign []string
+		for _, w := range writes {
+			if !countedWrite(w) || w.Replica == "" {
+				continue
+			}
+			r := replicaName(w.Replica)
+			if w.Received.Before(killed) && r != owners[m] {
+				foreign = append(foreign, fmt.Sprintf("%s %s by %s at %s", w.Verb, w.Object, r, w.Received.Format(time.RFC3339Nano)))
+			}
+			if !w.Received.Before(killed) {
+				if _, ok := first[m]; !ok {
+					first[m] = w.Received
+				}
+			}
+			if spans[w.Object] == nil {
+				spans[w.Object] = map[string]*span{}
+			}
+			s := spans[w.Object][r]
+			if s == nil {
+				s = &span{first: w.Received}
+				spans[w.Object][r] = s
+			}
+			s.last = w.Received
+		}
+		g.Expect(foreign).To(BeEmpty(), "%s: written before the kill by a replica other than its owner %s", m, owners[m])
+		for obj, by := range spans {
+			var rs []string
+			for r := range by {
+				rs = append(rs, r)
+			}
+			slices.Sort(rs)
+			for i := range rs {
+				for j := i + 1; j < len(rs); j++ {
+					a, b := by[rs[i]], by[rs[j]]
+					overlap := !a.last.Before(b.first) && !b.last.Before(a.first)
+					g.Expect(overlap).To(BeFalse(), "%s: %s written by %s (%s..%s) and %s (%s..%s)", m, obj,
+						rs[i], a.first.Format(time.RFC3339Nano), a.last.Format(time.RFC3339Nano),
+						rs[j], b.first.Format(time.RFC3339Nano), b.last.Format(time.RFC3339Nano))
+				}
+			}
+		}
+	}
+	return first
+}
+
+// phaseWatch records every Database's phase transitions in a namespace.
+type phaseWatch struct {
+	mu     sync.Mutex
+	last   map[string]fleetv1alpha1.Phase
+	wrong  []string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// watchPhases watches the Databases of ns from now on: a Database that was
+// Ready and then shows Failed, Degraded or Pending is a flap.
+func watchPhases(ctx context.Context, t testing.TB, f *Fleet, ns string) *phaseWatch {
+	t.Helper()
+	cfg := rest.CopyConfig(f.Hub.Config)
+	cfg.Timeout = 0 // a client timeout would end the watch
+	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: fleet.Scheme})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	wctx, cancel := context.WithCancel(ctx)
+	pw := &phaseWatch{last: map[string]fleetv1alpha1.Phase{}, cancel: cancel, done: make(chan struct{})}
+	w, err := wc.Watch(wctx, &fleetv1alpha1.DatabaseList{}, client.InNamespace(ns))
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	go func() {
+		defer close(pw.done)
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			db, ok := ev.Object.(*fleetv1alpha1.Database)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			pw.see(db)
+		}
+	}()
+	return pw
+}
+
+func (p *phaseWatch) see(db *fleetv1alpha1.Database) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	prev, now := p.last[db.Name], db.Status.Phase
+	if prev == fleetv1alpha1.PhaseReady && (now == fleetv1alpha1.PhaseFailed || now == fleetv1alpha1.PhaseDegraded || now == fleetv1alpha1.PhasePending) {
+		p.wrong = append(p.wrong, fmt.Sprintf("%s: %s → %s at %s (%s)", db.Name, prev, now, time.Now().Format(time.RFC3339Nano),
+			Condition(db.Status.Conditions, fleetv1alpha1.ConditionDegraded).Message))
+	}
+	if prev == fleetv1alpha1.PhaseReady && now != prev {
+		p.wrong = append(p.wrong, fmt.Sprintf("%s: left Ready for %s", db.Name, now))
+	}
+	if now != "" {
+		p.last[db.Name] = now
+	}
+}
+
+func (p *phaseWatch) stop() {
+	p.cancel()
+	<-p.done
+}
+
+func (p *phaseWatch) bad() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.wrong)
+}
