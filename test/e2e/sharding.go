@@ -378,3 +378,7 @@ func (p *phaseWatch) bad() []string {
 	defer p.mu.Unlock()
 	return slices.Clone(p.wrong)
 }
+
+// ForbiddenLines are the lines of the replicas' logs in which the hub API
+// server refused the hub's own identity (deploy/rbac lacks a permission).
+func ForbiddenLines(hubs *localfleet.HubSet) []string { return forbiddenLines(hubs) }

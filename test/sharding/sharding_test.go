@@ -50,6 +50,9 @@ func TestSharding(t *testing.T) {
 	f, hubs, local := startFleet(ctx, t, members, prefix)
 	up := time.Since(start)
 	e2e.ShardingSpec(ctx, e2e.ShardingInput{T: t, Fleet: f, Hubs: hubs, AuditLog: local.AuditLog})
+	if bad := e2e.ForbiddenLines(hubs); len(bad) > 0 {
+		t.Errorf("the hub's identity was refused on the hub (deploy/rbac lacks a permission):\n%s", strings.Join(bad, "\n"))
+	}
 	t.Logf("sharding: %d members: fleet and hubs up in %s, spec %s", members, up.Round(time.Second), (time.Since(start) - up).Round(time.Second))
 }
 
