@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -62,6 +63,9 @@ func (s *shardRuntime) Reconcile(ctx context.Context, req reconcile.Request) (re
 		return reconcile.Result{}, nil
 	}
 	e := placementEntry{key: keyOf(pl.Spec.Database), cluster: pl.Spec.Cluster, spec: pl.Spec}
+	if gone, err := s.orphan(ctx, pl, e.key); gone || err != nil {
+		return reconcile.Result{}, err
+	}
 	s.mu.Lock()
 	prev, had := s.byName[req.Name]
 	s.byName[req.Name] = e
@@ -106,6 +110,14 @@ func (w *wiring) setupSharding() error {
 	w.shard = &shardRuntime{
 		coord: w.opts.shards, hub: local.GetClient(), namespace: w.opts.HubNamespace, reporter: w.opts.shards.self,
 		state: w.state, databases: w.dbQueue, members: w.memberQueue, byName: map[string]placementEntry{},
+		elected: func() bool {
+			select {
+			case <-local.Elected():
+				return true
+			default:
+				return false
+			}
+		},
 	}
 	w.opts.shards.mu.Lock()
 	w.opts.shards.onOwned = w.shard.owned
@@ -141,9 +153,14 @@ const placementRetry = 2 * time.Second
 // the placement when it changed.
 func (r *memberSyncReconciler) shardedSync(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
 	cluster, key := string(req.ClusterName), req.NamespacedName
-	if !r.shard.coord.owns(cluster) {
+	owner, ok := r.shard.coord.ownership(cluster)
+	if !ok {
 		return ctrl.Result{}, nil
 	}
+	// Losing the member cancels the sync's calls in flight.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(owner, cancel)()
 	p := r.state.plan(key)
 	if p == nil {
 		var finalBackup bool
@@ -163,4 +180,18 @@ func (r *memberSyncReconciler) shardedSync(ctx context.Context, req mcreconcile.
 		}
 	}
 	return ctrl.Result{RequeueAfter: out.requeue}, out.err
+}
+
+// orphan deletes, on the leader, a placement whose Database is gone (a
+// deletion the leader did not see through: it was down, or another replica
+// led then).
+func (s *shardRuntime) orphan(ctx context.Context, pl *fleetv1alpha1.DatabasePlacement, key client.ObjectKey) (bool, error) {
+	if !s.elected() {
+		return false, nil
+	}
+	err := s.hub.Get(ctx, key, &fleetv1alpha1.Database{})
+	if !apierrors.IsNotFound(err) {
+		return false, err
+	}
+	return true, client.IgnoreNotFound(s.hub.Delete(ctx, pl))
 }

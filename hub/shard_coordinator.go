@@ -106,10 +106,17 @@ func (s *shardCoordinator) Runnable() manager.Runnable {
 
 // owns reports whether this replica holds the member's fence now.
 func (s *shardCoordinator) owns(cluster string) bool {
+	_, ok := s.ownership(cluster)
+	return ok
+}
+
+// ownership is the context of this replica's ownership of the member: it
+// ends when the fence is lost or handed over.
+func (s *shardCoordinator) ownership(cluster string) (context.Context, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ctx, ok := s.owned[cluster]
-	return ok && ctx.Err() == nil
+	return ctx, ok && ctx.Err() == nil
 }
 
 // ownedMembers lists the members this replica owns.

@@ -41,6 +41,8 @@ type shardRuntime struct {
 	state    *state
 	// databases and members are the two controllers' queues.
 	databases, members *queueRef
+	// elected reports whether this replica is the elected leader now.
+	elected func() bool
 
 	mu     sync.RWMutex
 	byName map[string]placementEntry
@@ -103,11 +105,15 @@ func (s *shardRuntime) databasesOn(cluster string) []types.NamespacedName {
 	return out
 }
 
-// owned wakes the member syncs of a member this replica just took over.
+// owned wakes the member syncs of a member this replica just took over,
+// once the member sync controller runs (it may start after the coordinator).
 func (s *shardRuntime) owned(cluster string) {
-	for _, key := range append(s.databasesOn(cluster), s.state.databasesOn(cluster)...) {
-		s.members.addWith(cluster, key, priorityChange, 0)
-	}
+	go func() {
+		<-s.members.ready
+		for _, key := range append(s.databasesOn(cluster), s.state.databasesOn(cluster)...) {
+			s.members.addWith(cluster, key, priorityChange, 0)
+		}
+	}()
 }
 
 // desiredSpecs are the placements of a plan, by member.
@@ -222,6 +228,7 @@ func (s *shardRuntime) report(ctx context.Context, key types.NamespacedName, clu
 		return client.IgnoreNotFound(err)
 	}
 	st := placementStatus(res, s.reporter)
+	st.DatabaseUID = pl.Spec.Database.UID
 	if apiequality.Semantic.DeepEqual(pl.Status, st) {
 		return nil
 	}
@@ -233,9 +240,10 @@ func (s *shardRuntime) report(ctx context.Context, key types.NamespacedName, clu
 	return nil
 }
 
-// resultOf is a placement's report as a member result; nil without one.
+// resultOf is a placement's report as a member result; nil without one (or
+// with one about another incarnation of the Database).
 func resultOf(pl *fleetv1alpha1.DatabasePlacement) *memberResult {
-	if pl.Status.Cluster == nil {
+	if pl.Status.Cluster == nil || pl.Status.DatabaseUID != pl.Spec.Database.UID {
 		return nil
 	}
 	return &memberResult{Status: *pl.Status.Cluster, HasWorkload: pl.Status.HasWorkload, TornDown: pl.Status.TornDown,

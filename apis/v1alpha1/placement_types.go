@@ -75,6 +75,11 @@ type DatabasePlacementStatus struct {
 	// Unreachable is true when the owner could not reach the member.
 	// +optional
 	Unreachable bool `json:"unreachable,omitempty"`
+	// DatabaseUID is the Database incarnation the report is about: a
+	// report about another one than spec.database.uid is ignored.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	DatabaseUID string `json:"databaseUID,omitempty"`
 	// Reporter is the hub replica that wrote this status (the member's owner).
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
