@@ -3,9 +3,13 @@ package hub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -172,6 +176,15 @@ func (r *memberSyncReconciler) shardedSync(ctx context.Context, req mcreconcile.
 			r.record(key, cluster, shardHold(cluster))
 			return ctrl.Result{}, r.shard.report(ctx, key, cluster, shardHold(cluster))
 		}
+		if p.role(cluster) != roleTeardown {
+			// As the leader's plan: the credentials of the hub Secret the
+			// Database controls (rendering and rotation read them).
+			creds, err := r.remoteCredentials(ctx, key, p.uid)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			p.credentials = creds
+		}
 	}
 	out := r.syncPlan(ctx, cluster, key, p)
 	if out.result != nil {
@@ -194,4 +207,23 @@ func (s *shardRuntime) orphan(ctx context.Context, pl *fleetv1alpha1.DatabasePla
 		return false, err
 	}
 	return true, client.IgnoreNotFound(s.hub.Delete(ctx, pl))
+}
+
+// remoteCredentials reads the Database's hub credentials Secret for a plan
+// read from a placement: only one the Database (uid) controls.
+func (r *memberSyncReconciler) remoteCredentials(ctx context.Context, key client.ObjectKey, uid types.UID) (map[string][]byte, error) {
+	var s corev1.Secret
+	name := client.ObjectKey{Namespace: key.Namespace, Name: key.Name + "-credentials"}
+	err := r.hub.Get(ctx, name, &s)
+	if apierrors.IsNotFound(err) {
+		// The leader created it a moment ago; the cache may lag.
+		err = r.hubLive.Get(ctx, name, &s)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading credentials: %w", err)
+	}
+	if owner := metav1.GetControllerOf(&s); owner == nil || owner.UID != uid {
+		return nil, fmt.Errorf("credentials secret %s is not controlled by the Database yet", name.Name)
+	}
+	return s.Data, nil
 }
