@@ -95,7 +95,7 @@ func newShardCoordinator(cfg *rest.Config, c client.Options, namespace, replicaI
 		sharded.WithPeerRegistry(peers),
 	)
 	// The ownership record is engaged first, before any controller.
-	sc.Coordinator.AddAware(ownershipAware{sc})
+	sc.AddAware(ownershipAware{sc})
 	return sc, nil
 }
 
@@ -117,19 +117,6 @@ func (s *shardCoordinator) ownership(cluster string) (context.Context, bool) {
 	defer s.mu.Unlock()
 	ctx, ok := s.owned[cluster]
 	return ctx, ok && ctx.Err() == nil
-}
-
-// ownedMembers lists the members this replica owns.
-func (s *shardCoordinator) ownedMembers() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for name, ctx := range s.owned {
-		if ctx.Err() == nil {
-			out = append(out, name)
-		}
-	}
-	return out
 }
 
 // ownershipAware records the members the coordinator engages on this

@@ -9,11 +9,11 @@ import (
 type PlacementRole string
 
 const (
-	// PlacementRoleApply: render and apply the current generation, then observe.
+	// PlacementRoleApply renders and applies the current generation, then observes.
 	PlacementRoleApply PlacementRole = "Apply"
-	// PlacementRoleHold: the rollout has not reached the member yet; observe only.
+	// PlacementRoleHold observes only: the rollout has not reached the member yet.
 	PlacementRoleHold PlacementRole = "Hold"
-	// PlacementRoleTeardown: remove the Database from the member per its deletion policy.
+	// PlacementRoleTeardown removes the Database from the member per its deletion policy.
 	PlacementRoleTeardown PlacementRole = "Teardown"
 )
 
