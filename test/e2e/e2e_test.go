@@ -48,7 +48,8 @@ func init() {
 	flag.Func("fleet", "alias of -e2e.fleet", func(s string) error { *flagFleet = s; return nil })
 }
 
-// localPrefix names the suite's kwokctl clusters (fleetdb-e2e-hub, ...):
+// localPrefix names the suite's kwokctl clusters (fleetdb-e2e-hub, ...;
+// FLEETDB_E2E_FLEET_PREFIX overrides it, so that two runs on one machine do not collide):
 // distinct from a developer's `make run` fleet (prefix fleetdb).
 const localPrefix = "fleetdb-e2e"
 
@@ -217,7 +218,7 @@ func (e *suiteEnv) setUp() error {
 	switch e.cfg.fleet {
 	case "local":
 		opts := localfleet.Options{
-			RepoRoot: root, Dir: filepath.Join(e.workDir, "fleet"), Prefix: localPrefix, Members: localMembers,
+			RepoRoot: root, Dir: filepath.Join(e.workDir, "fleet"), Prefix: envOr("FLEETDB_E2E_FLEET_PREFIX", localPrefix), Members: localMembers,
 			// No node leases: a kwok controller restarted by StartMember gets a
 			// new identity and, with leases, manages no node until the old
 			// leases expire (200s with kwokctl's defaults), so pods on a
