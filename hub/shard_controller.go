@@ -169,6 +169,7 @@ func (r *memberSyncReconciler) shardedSync(ctx context.Context, req mcreconcile.
 	if p == nil {
 		var finalBackup bool
 		if p, finalBackup = r.shard.plan(key, cluster); p == nil {
+			r.lineage.forgetDatabase(key)
 			return ctrl.Result{}, nil
 		}
 		if finalBackup && p.role(cluster) == roleTeardown {
