@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -176,7 +177,11 @@ func newMCManager(hubCfg *rest.Config, provider *clusters.Provider, mopts manage
 		return mcmanager.New(hubCfg, provider, mopts)
 	}
 	shardCacheOptions(&mopts.Cache, opts.HubNamespace)
-	coord, err := newShardCoordinator(hubCfg, client.Options{Scheme: mopts.Scheme}, opts.HubNamespace, cfg.ReplicaID, cfg.Logger)
+	log := cfg.Logger
+	if log.GetSink() == nil {
+		log = ctrl.Log // the manager's default too
+	}
+	coord, err := newShardCoordinator(hubCfg, client.Options{Scheme: mopts.Scheme}, opts.HubNamespace, cfg.ReplicaID, log)
 	if err != nil {
 		return nil, fmt.Errorf("sharded coordinator: %w", err)
 	}
