@@ -69,6 +69,42 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
+// startTeardown fans a deletion out to the members from the deletion event
+// itself, before the Database's reconcile (which may wait in a queue behind
+// other Databases' hub writes in a burst) publishes the same plan again: the
+// members this process planned the Database on, or has results from that
+// are not torn down yet, get their teardown now. It does what
+// reconcileDelete would, and nothing where that would hold: a protected
+// namespace, spec.deletionProtection, no finalizer, or a Database this
+// process never planned (the reconcile decides those). A member that must
+// not block the teardown any longer (unreachable past its timeout) is still
+// woken here; its sync finds it unreachable, and the reconcile settles it.
+func (r *databaseReconciler) startTeardown(db *fleetv1alpha1.Database) {
+	if r.opts.protected(db.Namespace) || db.Spec.DeletionProtection || !controllerutil.ContainsFinalizer(db, fleetv1alpha1.TeardownFinalizer) {
+		return
+	}
+	key := client.ObjectKeyFromObject(db)
+	prev := r.state.plan(key)
+	if prev == nil || prev.uid != db.UID || r.state.finalized(db.UID) {
+		return
+	}
+	results := r.state.resultsFor(key)
+	teardown := map[string]bool{}
+	for _, m := range []map[string]bool{prev.targets, prev.teardown} {
+		for name := range m {
+			if res := results[name]; res == nil || !res.TornDown {
+				teardown[name] = true
+			}
+		}
+	}
+	if len(teardown) == 0 {
+		return
+	}
+	policy := teardownPolicy(db)
+	r.fanOut(context.Background(), key, &plan{uid: db.UID, generation: db.Generation, policy: policy, teardown: teardown,
+		finalBackup: newFinalBackupPlan(db, policy, teardown)})
+}
+
 // membersReached are the members a deleted Database may have objects in:
 // those in its status, with results, or in its last plan. A Database this
 // hub process never planned whose status names no member (its first status
