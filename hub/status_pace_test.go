@@ -18,6 +18,8 @@ func TestRoutineStatus(t *testing.T) {
 	}
 	withTopology := st(fleetv1alpha1.PhaseProvisioning)
 	withTopology.Topology = &fleetv1alpha1.TopologyStatus{PrimaryCluster: "m1"}
+	progress := st(fleetv1alpha1.PhaseProvisioning)
+	progress.ReadySummary, progress.Clusters[0].ReadyReplicas = "0/1", 1
 	withBackups := st(fleetv1alpha1.PhaseDeleting)
 	withBackups.FinalBackups = []fleetv1alpha1.BackupRecord{{Cluster: "m1"}}
 	for _, tc := range []struct {
@@ -27,7 +29,7 @@ func TestRoutineStatus(t *testing.T) {
 	}{
 		{"a new Database's first status", fleetv1alpha1.DatabaseStatus{}, st(fleetv1alpha1.PhasePending), true},
 		{"pending to provisioning", st(fleetv1alpha1.PhasePending), st(fleetv1alpha1.PhaseProvisioning), true},
-		{"progress while provisioning", st(fleetv1alpha1.PhaseProvisioning), fleetv1alpha1.DatabaseStatus{Phase: fleetv1alpha1.PhaseProvisioning, ReadySummary: "1/2"}, true},
+		{"progress while provisioning", st(fleetv1alpha1.PhaseProvisioning), progress, true},
 		{"ready to deleting", st(fleetv1alpha1.PhaseReady), st(fleetv1alpha1.PhaseDeleting), true},
 		{"turning ready", st(fleetv1alpha1.PhaseProvisioning), st(fleetv1alpha1.PhaseReady), false},
 		{"turning degraded", st(fleetv1alpha1.PhaseProvisioning), st(fleetv1alpha1.PhaseDegraded), false},
@@ -36,6 +38,7 @@ func TestRoutineStatus(t *testing.T) {
 		{"degraded recovering", st(fleetv1alpha1.PhaseDegraded), st(fleetv1alpha1.PhaseProvisioning), false},
 		{"the primary decided", st(fleetv1alpha1.PhaseProvisioning), withTopology, false},
 		{"a final backup recorded", st(fleetv1alpha1.PhaseDeleting), withBackups, false},
+		{"a member's teardown finished", st(fleetv1alpha1.PhaseProvisioning), fleetv1alpha1.DatabaseStatus{Phase: fleetv1alpha1.PhasePending}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			NewWithT(t).Expect(routineStatus(tc.prev, tc.next)).To(Equal(tc.routine))
