@@ -110,8 +110,15 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		return ctrl.Result{}, err
 	}
 	defer func() {
-		if err := r.writeStatus(ctx, s); err != nil {
+		held, err := r.writeStatus(ctx, s)
+		switch {
+		case err != nil:
 			res, reterr = ctrl.Result{}, err
+		case held > 0 && reterr == nil:
+			// Back for the held status, behind new work in the queue.
+			if res.RequeueAfter <= 0 || held < res.RequeueAfter {
+				res.RequeueAfter, res.Priority = held, new(int(priorityStatus))
+			}
 		}
 	}()
 
@@ -188,17 +195,24 @@ func (r *databaseReconciler) reconcileBackend(_ context.Context, s *databaseScop
 }
 
 // writeStatus patches the status a phase computed, only when it changed: a
-// steady fleet writes nothing.
-func (r *databaseReconciler) writeStatus(ctx context.Context, s *databaseScope) error {
+// steady fleet writes nothing. A routine change (routineStatus) is held
+// back for statusHoldDelay: held says when to come back for it.
+func (r *databaseReconciler) writeStatus(ctx context.Context, s *databaseScope) (held time.Duration, err error) {
 	if s.status == nil {
-		return nil
+		return 0, nil
 	}
 	db, st := s.db, *s.status
 	if apiequality.Semantic.DeepEqual(db.Status, st) {
+		r.state.statusSettled(s.key)
 		statusComputed(ctx, db, db.Status.Phase, st, false)
-		return nil
+		return 0, nil
 	}
 	now := r.now()
+	if routineStatus(db.Status, st) {
+		if wait := r.state.holdStatus(s.key, now); wait > 0 {
+			return wait, nil
+		}
+	}
 	for i := range st.Clusters {
 		if st.Clusters[i].LastSyncTime == nil {
 			t := metav1Time(now)
@@ -210,10 +224,11 @@ func (r *databaseReconciler) writeStatus(ctx context.Context, s *databaseScope) 
 	db.Status = st
 	if err := r.hub.Status().Patch(ctx, db, patch); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil
+			return 0, nil
 		}
-		return fmt.Errorf("writing status: %w", err)
+		return 0, fmt.Errorf("writing status: %w", err)
 	}
+	r.state.statusSettled(s.key)
 	statusComputed(ctx, db, prev, st, true)
-	return nil
+	return 0, nil
 }

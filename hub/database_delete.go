@@ -36,7 +36,11 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 		return ctrl.Result{}, nil // until spec.deletionProtection is false (an update wakes it)
 	}
 	s.results = r.state.resultsFor(s.key)
-	pending, requeue := r.settleTeardowns(ctx, s, r.membersReached(s))
+	reached, err := r.membersReached(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	pending, requeue := r.settleTeardowns(ctx, s, reached)
 	if len(pending) == 0 {
 		r.noFinalBackupEvent(db)
 		if err := r.dropFinalizer(ctx, db); err != nil {
@@ -66,9 +70,49 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
+// startTeardown fans a deletion out to the members from the deletion event
+// itself, before the Database's reconcile (which may wait in a queue behind
+// other Databases' hub writes in a burst) publishes the same plan again: the
+// members this process planned the Database on, or has results from that
+// are not torn down yet, get their teardown now. It does what
+// reconcileDelete would, and nothing where that would hold: a protected
+// namespace, spec.deletionProtection, no finalizer, or a Database this
+// process never planned (the reconcile decides those). A member that must
+// not block the teardown any longer (unreachable past its timeout) is still
+// woken here; its sync finds it unreachable, and the reconcile settles it.
+func (r *databaseReconciler) startTeardown(db *fleetv1alpha1.Database) {
+	if r.opts.protected(db.Namespace) || db.Spec.DeletionProtection || !controllerutil.ContainsFinalizer(db, fleetv1alpha1.TeardownFinalizer) {
+		return
+	}
+	key := client.ObjectKeyFromObject(db)
+	prev := r.state.plan(key)
+	if prev == nil || prev.uid != db.UID || r.state.finalized(db.UID) {
+		return
+	}
+	results := r.state.resultsFor(key)
+	teardown := map[string]bool{}
+	for _, m := range []map[string]bool{prev.targets, prev.teardown} {
+		for name := range m {
+			if res := results[name]; res == nil || !res.TornDown {
+				teardown[name] = true
+			}
+		}
+	}
+	if len(teardown) == 0 {
+		return
+	}
+	policy := teardownPolicy(db)
+	r.fanOut(context.Background(), key, &plan{uid: db.UID, generation: db.Generation, policy: policy, teardown: teardown,
+		finalBackup: newFinalBackupPlan(db, policy, teardown)})
+}
+
 // membersReached are the members a deleted Database may have objects in:
-// those in its status, with results, or in its last plan.
-func (r *databaseReconciler) membersReached(s *databaseScope) map[string]bool {
+// those in its status, with results, or in its last plan. A Database this
+// hub process never planned whose status names no member (its first status
+// was held back, see statusHoldDelay, and the hub restarted since) may
+// still have reached the members its placement resolves to: those are
+// added, and a teardown that finds nothing there is done at once.
+func (r *databaseReconciler) membersReached(ctx context.Context, s *databaseScope) (map[string]bool, error) {
 	reached := map[string]bool{}
 	for _, c := range s.db.Status.Clusters {
 		reached[c.Name] = true
@@ -76,7 +120,8 @@ func (r *databaseReconciler) membersReached(s *databaseScope) map[string]bool {
 	for name := range s.results {
 		reached[name] = true
 	}
-	if prev := r.state.plan(s.key); prev != nil {
+	prev := r.state.plan(s.key)
+	if prev != nil {
 		for name := range prev.targets {
 			reached[name] = true
 		}
@@ -84,7 +129,34 @@ func (r *databaseReconciler) membersReached(s *databaseScope) map[string]bool {
 			reached[name] = true
 		}
 	}
-	return reached
+	if prev == nil && len(reached) == 0 {
+		placed, err := r.placedNow(ctx, s.db)
+		if err != nil {
+			return nil, err
+		}
+		for _, name := range placed {
+			reached[name] = true
+		}
+	}
+	return reached, nil
+}
+
+// placedNow are the members the Database's placement resolves to now (none
+// when it cannot be resolved: such a Database was never placed).
+func (r *databaseReconciler) placedNow(ctx context.Context, db *fleetv1alpha1.Database) ([]string, error) {
+	var members fleetv1alpha1.MemberClusterList
+	if err := r.hub.List(ctx, &members); err != nil {
+		return nil, fmt.Errorf("listing member clusters: %w", err)
+	}
+	admitted, _, err := r.admitMembers(ctx, db, members.Items)
+	if err != nil {
+		return nil, err
+	}
+	placed, err := resolvePlacement(db, admitted, nil)
+	if err != nil {
+		return nil, nil //nolint:nilerr // an unresolvable placement placed nothing
+	}
+	return placed.Targets, nil
 }
 
 // settleTeardowns returns the members that still block a teardown, and when

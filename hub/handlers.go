@@ -45,8 +45,16 @@ func memberKinds() []client.Object {
 // and deletions (in a burst, first fan-outs are not queued behind them), and
 // only after progressCoalesceDelay: the reconcile that wrote the status was
 // up to date, and member results that arrive meanwhile fold into one write.
-// Someone else's edit of the status is still put right.
-func databaseEvents(name multicluster.ClusterName, _ cluster.Cluster) handler.TypedEventHandler[client.Object, mcreconcile.Request] {
+// Someone else's edit of the status is still put right. A deletion is
+// handed to onDeletion first (the teardown starts from the event itself,
+// not after a wait in the queue), then queued as any change.
+func databaseEvents(onDeletion func(*fleetv1alpha1.Database)) mchandler.TypedEventHandlerFunc[client.Object, mcreconcile.Request] {
+	return func(name multicluster.ClusterName, _ cluster.Cluster) handler.TypedEventHandler[client.Object, mcreconcile.Request] {
+		return databaseEventHandler(name, onDeletion)
+	}
+}
+
+func databaseEventHandler(name multicluster.ClusterName, onDeletion func(*fleetv1alpha1.Database)) handler.TypedEventHandler[client.Object, mcreconcile.Request] {
 	add := func(obj client.Object, q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
 		q.Add(request(string(name), client.ObjectKeyFromObject(obj)))
 	}
@@ -56,6 +64,9 @@ func databaseEvents(name multicluster.ClusterName, _ cluster.Cluster) handler.Ty
 		},
 		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
 			o, n := e.ObjectOld, e.ObjectNew
+			if db, ok := n.(*fleetv1alpha1.Database); ok && o.GetDeletionTimestamp() == nil && n.GetDeletionTimestamp() != nil && onDeletion != nil {
+				onDeletion(db)
+			}
 			if o.GetGeneration() == n.GetGeneration() && o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) {
 				addWithPriority(q, request(string(name), client.ObjectKeyFromObject(n)), priorityStatus, progressCoalesceDelay)
 				return

@@ -93,7 +93,7 @@ func (w *wiring) databaseController() error {
 	hubOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)}
 	return mcbuilder.ControllerManagedBy(w.mgr).
 		Named("database").
-		Watches(&fleetv1alpha1.Database{}, databaseEvents, hubOnly...).
+		Watches(&fleetv1alpha1.Database{}, databaseEvents(dbr.startTeardown), hubOnly...).
 		Watches(&fleetv1alpha1.MemberCluster{},
 			mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](allDatabases(local.GetClient())), hubOnly...).
 		Watches(&corev1.Namespace{},

@@ -157,6 +157,9 @@ type state struct {
 	// released are Databases (by UID) whose finalizer the hub removed
 	// recently: a reconcile on a cache that still shows them does nothing.
 	released *cache.LRUExpireCache
+	// statusHeld: per Database, when a routine status was first held back
+	// since its last status write (see holdStatus).
+	statusHeld map[types.NamespacedName]time.Time
 }
 
 const (
@@ -168,9 +171,10 @@ const (
 
 func newState() *state {
 	return &state{
-		plans:    map[types.NamespacedName]*plan{},
-		results:  map[types.NamespacedName]map[string]*memberResult{},
-		released: cache.NewLRUExpireCache(releasedEntries),
+		plans:      map[types.NamespacedName]*plan{},
+		results:    map[types.NamespacedName]map[string]*memberResult{},
+		released:   cache.NewLRUExpireCache(releasedEntries),
+		statusHeld: map[types.NamespacedName]time.Time{},
 	}
 }
 
@@ -254,6 +258,7 @@ func (s *state) forget(key types.NamespacedName) {
 	defer s.mu.Unlock()
 	delete(s.plans, key)
 	delete(s.results, key)
+	delete(s.statusHeld, key)
 }
 
 // databasesOn lists the Databases whose plan involves the cluster.

@@ -2,6 +2,7 @@ package member
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -42,18 +43,12 @@ import (
 // volume claim may wait for its pods to go, for instance).
 func Teardown(ctx context.Context, c client.Client, o Owner, policy fleetv1alpha1.DeletionPolicy, memo *Memo) (done bool, err error) {
 	namespace, name := o.Namespace, o.Name
+	fail := func(err error) (bool, error) { return false, fmt.Errorf("teardown %s/%s: %w", namespace, name, err) }
 	var remove, release []managedKind
 	all := append(append([]managedKind{}, workloadKinds...), pvcKind)
 	switch policy {
 	case fleetv1alpha1.DeletionPolicyDelete, "":
 		remove = append([]managedKind{}, workloadKinds...)
-		workload, err := listManaged(ctx, c, workloadKinds[0], o)
-		if err != nil {
-			return false, fmt.Errorf("teardown %s/%s: %w", namespace, name, err)
-		}
-		if len(workload) == 0 {
-			remove = append(remove, pvcKind)
-		}
 	case fleetv1alpha1.DeletionPolicyRetain:
 		for _, k := range workloadKinds {
 			if k.gvk.Kind == "Secret" {
@@ -69,23 +64,50 @@ func Teardown(ctx context.Context, c client.Client, o Owner, policy fleetv1alpha
 		return false, fmt.Errorf("teardown %s/%s: unknown deletion policy %q", namespace, name, policy)
 	}
 
-	if rotating, err := inRotation(ctx, c, o); err != nil {
-		return false, fmt.Errorf("teardown %s/%s: %w", namespace, name, err)
-	} else if rotating {
+	// What decides this pass is read at once, not one read after another:
+	// the workload (claims go only once it is gone), a rotation under way
+	// (its Jobs go too), and the CloudNativePG Cluster's own step.
+	var (
+		workload       []client.Object
+		rotating       bool
+		cnpgDone       bool
+		wlErr, rotErr  error
+		cnpgErr        error
+		deleteOnDelete = policy == fleetv1alpha1.DeletionPolicyDelete || policy == ""
+	)
+	runAll([]func() error{
+		func() error {
+			if deleteOnDelete {
+				workload, wlErr = listManaged(ctx, c, workloadKinds[0], o)
+			}
+			return nil
+		},
+		func() error { rotating, rotErr = inRotation(ctx, c, o); return nil },
+		// A CloudNativePG Cluster goes (or is released) before what it uses.
+		func() error { cnpgDone, cnpgErr = teardownCNPG(ctx, c, namespace, name, policy, memo); return nil },
+	})
+	if err := errors.Join(wlErr, rotErr, cnpgErr); err != nil {
+		return fail(err)
+	}
+	if deleteOnDelete && len(workload) == 0 {
+		remove = append(remove, pvcKind)
+	}
+	if rotating {
 		remove, all = append(remove, rotationJobKind), append(all, rotationJobKind)
 	}
-
-	// A CloudNativePG Cluster goes (or is released) before what it uses.
-	if done, err := teardownCNPG(ctx, c, namespace, name, policy, memo); err != nil || !done {
-		if err != nil {
-			err = fmt.Errorf("teardown %s/%s: %w", namespace, name, err)
-		}
-		return false, err
+	if !cnpgDone {
+		return false, nil
 	}
+	if err := removeAndRelease(ctx, c, o, policy, remove, release, memo); err != nil {
+		return fail(err)
+	}
+	return nothingLeft(ctx, c, o, all)
+}
 
-	// The workload goes first, on its own, so that its pods stop before what
-	// they use goes; then every other kind at once: two round trips per
-	// member, not one per object.
+// removeAndRelease takes one teardown step: the workload goes first, on its
+// own, so that its pods stop before what they use goes; then every other
+// kind at once: two round trips per member, not one per object.
+func removeAndRelease(ctx context.Context, c client.Client, o Owner, policy fleetv1alpha1.DeletionPolicy, remove, release []managedKind, memo *Memo) error {
 	var first, rest []func() error
 	for _, k := range remove {
 		step := func() error { return deleteManaged(ctx, c, k, o, memo) }
@@ -104,16 +126,26 @@ func Teardown(ctx context.Context, c client.Client, o Owner, policy fleetv1alpha
 		rest = append(rest, func() error { return deleteTopologySecrets(ctx, c, o, memo) })
 	}
 	errs := append(runAll(first), runAll(rest)...)
-	if err := multierror.Append(nil, errs...).ErrorOrNil(); err != nil {
-		return false, fmt.Errorf("teardown %s/%s: %w", namespace, name, err)
-	}
+	return multierror.Append(nil, errs...).ErrorOrNil()
+}
 
-	for _, k := range all {
-		left, err := listManaged(ctx, c, k, o)
-		if err != nil {
-			return false, fmt.Errorf("teardown %s/%s: %w", namespace, name, err)
+// nothingLeft lists every kind at once: done when none has an object of
+// the Database left.
+func nothingLeft(ctx context.Context, c client.Client, o Owner, kinds []managedKind) (bool, error) {
+	left := make([]int, len(kinds))
+	steps := make([]func() error, len(kinds))
+	for i, k := range kinds {
+		steps[i] = func() error {
+			objs, err := listManaged(ctx, c, k, o)
+			left[i] = len(objs)
+			return err
 		}
-		if len(left) > 0 {
+	}
+	if err := errors.Join(runAll(steps)...); err != nil {
+		return false, fmt.Errorf("teardown %s/%s: %w", o.Namespace, o.Name, err)
+	}
+	for _, n := range left {
+		if n > 0 {
 			return false, nil
 		}
 	}
