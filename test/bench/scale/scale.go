@@ -136,6 +136,12 @@ type Restart struct {
 	AuditWritesToHub     int            `json:"auditWritesToHub"`
 	AuditWritesToMembers int            `json:"auditWritesToMembers"`
 	AuditByResource      map[string]int `json:"auditByResource,omitempty"`
+	// MemberObjects are fleetdb's objects in the members before the
+	// restart; MemberObjectsChanged those whose resourceVersion differs
+	// after it (or that are gone): a no-op apply is a write request that
+	// changes nothing.
+	MemberObjects        int `json:"memberObjects"`
+	MemberObjectsChanged int `json:"memberObjectsChanged"`
 	// The new hub's own request counts until it settled.
 	Requests      map[string]float64 `json:"requests"`
 	CPUSeconds    float64            `json:"cpuSeconds"`
