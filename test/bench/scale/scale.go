@@ -211,7 +211,7 @@ func (m Model) At(members, databases float64) float64 {
 	return m.Intercept + m.PerMember*members + m.PerDatabase*databases
 }
 
-// ErrUnderdetermined: the points do not pin both slopes down (one member
+// ErrUnderdetermined means the points do not pin both slopes down (one member
 // count only, or one Database count only).
 var ErrUnderdetermined = errors.New("the points vary too little to fit both slopes (need at least two member counts and two Database counts)")
 
