@@ -251,7 +251,7 @@ func (s *scaler) fleet(ctx context.Context, f *scale.Fleet) error {
 	b.fleetLog = fleetLog
 	logf("scale: starting a fleet of a hub and %d members under %s (log %s)", f.Members, cfg.fleetDir, fleetLog.Name())
 	start := time.Now()
-	if b.fleet, err = startFleet(ctx, cfg, fleetLog); err != nil {
+	if b.fleet, err = startWholeFleet(ctx, cfg, fleetLog); err != nil {
 		return err
 	}
 	f.FleetUpSeconds = round1(time.Since(start).Seconds())
@@ -302,6 +302,35 @@ func (s *scaler) fleet(ctx context.Context, f *scale.Fleet) error {
 		}
 	}
 	return nil
+}
+
+// startWholeFleet brings the fleet up, and again (three times at most) when
+// a component died at start: kwokctl picks its ports by probing, and another
+// fleet created at the same time on a shared machine can bind one first,
+// leaving, say, a member without the kwok controller that reports its
+// workloads healthy (localfleet.DeadComponents).
+func startWholeFleet(ctx context.Context, cfg config, log *os.File) (*localfleet.Fleet, error) {
+	for attempt := 1; ; attempt++ {
+		f, err := startFleet(ctx, cfg, log)
+		if err != nil {
+			return f, err
+		}
+		// A component that cannot bind its port exits within seconds.
+		if err := sleep(ctx, 5*time.Second); err != nil {
+			return f, err
+		}
+		dead := f.DeadComponents()
+		if len(dead) == 0 {
+			return f, nil
+		}
+		if attempt == 3 {
+			return f, fmt.Errorf("the fleet came up without %s three times", strings.Join(dead, ", "))
+		}
+		logf("scale: the fleet came up without %s (a port taken meanwhile?): starting it again", strings.Join(dead, ", "))
+		if err := f.Down(); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // startHub runs the hub on the fleet's registered members and waits until

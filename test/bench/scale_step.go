@@ -25,7 +25,7 @@ import (
 const (
 	mib = 1 << 20
 	// growTimeout bounds a step's growth; syncTimeout a restart's resync.
-	growTimeout = 30 * time.Minute
+	growTimeout = 15 * time.Minute
 	syncTimeout = 10 * time.Minute
 )
 
@@ -57,6 +57,9 @@ func (g *grower) step(ctx context.Context, d int) (*scale.Step, error) {
 	fail := func(err error) (*scale.Step, error) {
 		st.Error = err.Error()
 		return st, err
+	}
+	if dead := b.fleet.DeadComponents(); len(dead) > 0 {
+		return fail(fmt.Errorf("the fleet lost %s (not the hub's doing)", strings.Join(dead, ", ")))
 	}
 	logf("scale: %d members: growing %d → %d Databases", len(b.members), g.n, d)
 	p0, _ := readProc(b.hub.Pid())
