@@ -47,8 +47,8 @@ func main() {
 	}
 }
 
-// render reads the runs, writes one PNG per figure and fit.md into out,
-// and prints fit.md to w.
+// render reads the runs, writes one PNG per figure, fit.md (the fit) and
+// steps.md (every step's figures) into out, and prints fit.md to w.
 func render(inputs []string, out string, t Target, w io.Writer) error {
 	var runs []*scale.Run
 	for _, pattern := range inputs {
@@ -85,6 +85,9 @@ func render(inputs []string, out string, t Target, w io.Writer) error {
 	}
 	md := fitTable(steps, t)
 	if err := os.WriteFile(filepath.Join(out, "fit.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "steps.md"), []byte(stepsTable(steps)), 0o644); err != nil {
 		return err
 	}
 	_, err := io.WriteString(w, md)
@@ -247,4 +250,38 @@ func num(v float64) string {
 		return "-" + s
 	}
 	return s
+}
+
+// stepsTable is one Markdown row per step.
+func stepsTable(steps []*scale.Step) string {
+	var b strings.Builder
+	b.WriteString("| members | Databases | load | grow s | CPU at rest (cores) | heap MiB | RSS MiB | peak RSS MiB | " +
+		"req/s at rest (reads / writes) | req per change | propagation P50 / floor (ms) | P99 / floor (ms) | " +
+		"restart → in sync s | restart writes to hub / members | member objects changed | Ready flips |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range steps {
+		reads := s.Rest.RequestsPerSecond["client reads to hub"] + s.Rest.RequestsPerSecond["client reads to members"]
+		writes := s.Rest.RequestsPerSecond["client writes to hub"] + s.Rest.RequestsPerSecond["client writes to members"]
+		change, p50, p99 := "–", "–", "–"
+		if c := s.Change; c != nil {
+			tot := 0.0
+			for _, v := range c.RequestsPerChange {
+				tot += v
+			}
+			change = fmt.Sprintf("%.1f", tot)
+			p50 = fmt.Sprintf("%.2f× (%.0f / %.0f)", c.RatioP50, c.P50Ms, c.FloorP50Ms)
+			p99 = fmt.Sprintf("%.2f× (%.0f / %.0f)", c.RatioP99, c.P99Ms, c.FloorP99Ms)
+		}
+		rs, rw, rc, rf := "–", "–", "–", "–"
+		if r := s.Restart; r != nil {
+			rs = fmt.Sprintf("%.1f", r.SyncSeconds)
+			rw = fmt.Sprintf("%d / %d", r.AuditWritesToHub, r.AuditWritesToMembers)
+			rc = fmt.Sprintf("%d of %d", r.MemberObjectsChanged, r.MemberObjects)
+			rf = fmt.Sprintf("%d", r.ReadyFlips)
+		}
+		fmt.Fprintf(&b, "| %d | %s | %.1f | %.1f | %.4f | %.1f | %.1f | %.1f | %.2f / %.2f | %s | %s | %s | %s | %s | %s | %s |\n",
+			s.Members, num(float64(s.Databases)), s.LoadAvg1, s.GrowSeconds, s.Rest.CPUCores, s.HeapMiB, s.RSSMiB, s.PeakRSSMiB,
+			reads, writes, change, p50, p99, rs, rw, rc, rf)
+	}
+	return b.String()
 }

@@ -65,6 +65,11 @@ func TestRenderWritesPlotsAndFit(t *testing.T) {
 	md, err := os.ReadFile(filepath.Join(out, "fit.md"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(md)).To(Equal(printed.String()))
+	st, err := os.ReadFile(filepath.Join(out, "steps.md"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(strings.Count(string(st), "\n")).To(Equal(2 + 4))
+	g.Expect(string(st)).To(ContainSubstring("| 4 | 300 |"))
+
 	// heap at 1,000 × 10,000 = 30 + 2·1000 + 0.05·10000 = 2530 MiB.
 	heapRow := ""
 	for line := range strings.SplitSeq(string(md), "\n") {
