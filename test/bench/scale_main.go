@@ -319,7 +319,7 @@ func startWholeFleet(ctx context.Context, cfg config, log *os.File) (*localfleet
 		if err := sleep(ctx, 5*time.Second); err != nil {
 			return f, err
 		}
-		dead := f.DeadComponents()
+		dead := needed(f.DeadComponents())
 		if len(dead) == 0 {
 			return f, nil
 		}
@@ -331,6 +331,18 @@ func startWholeFleet(ctx context.Context, cfg config, log *os.File) (*localfleet
 			return nil, err
 		}
 	}
+}
+
+// needed drops the hub cluster's kwok controller and scheduler from dead
+// components: the hub cluster runs no pods, and the scale mode needs them not.
+func needed(dead []string) []string {
+	var out []string
+	for _, d := range dead {
+		if d != "hub/kwok-controller" && d != "hub/kube-scheduler" {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // startHub runs the hub on the fleet's registered members and waits until

@@ -58,7 +58,7 @@ func (g *grower) step(ctx context.Context, d int) (*scale.Step, error) {
 		st.Error = err.Error()
 		return st, err
 	}
-	if dead := b.fleet.DeadComponents(); len(dead) > 0 {
+	if dead := needed(b.fleet.DeadComponents()); len(dead) > 0 {
 		return fail(fmt.Errorf("the fleet lost %s (not the hub's doing)", strings.Join(dead, ", ")))
 	}
 	logf("scale: %d members: growing %d → %d Databases", len(b.members), g.n, d)
