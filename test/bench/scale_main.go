@@ -31,6 +31,8 @@ import (
 const (
 	memberMiB  = 512
 	reserveMiB = 4096
+	// serviceRange is the members' Service IP range: room for 65,000.
+	serviceRange = "10.0.0.0/16"
 )
 
 type scaleConfig struct {
@@ -311,7 +313,17 @@ func (s *scaler) fleet(ctx context.Context, f *scale.Fleet) error {
 // workloads healthy (localfleet.DeadComponents).
 func startWholeFleet(ctx context.Context, cfg config, log *os.File) (*localfleet.Fleet, error) {
 	for attempt := 1; ; attempt++ {
-		f, err := startFleet(ctx, cfg, log)
+		f, err := localfleet.Start(ctx, localfleet.Options{
+			RepoRoot: cfg.root, Dir: cfg.fleetDir, Prefix: cfg.prefix, Members: cfg.members, Log: log,
+			ExtraEnv: []string{
+				"FLEET_AUDIT_POLICY=" + filepath.Join(cfg.fleetDir, "audit-policy.yaml"),
+				// kube-apiserver's default Service range, a /24, holds 254
+				// Services: a member holds one per CloudNativePG Database.
+				"FLEET_KWOKCTL_ARGS=--extra-args kube-apiserver=service-cluster-ip-range=" + serviceRange,
+			},
+			Files:    map[string][]byte{"audit-policy.yaml": []byte(auditPolicy)},
+			Attempts: 3,
+		})
 		if err != nil {
 			return f, err
 		}
