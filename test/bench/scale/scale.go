@@ -316,6 +316,12 @@ var Figures = []Figure{
 		}
 		return sum(s.Change.RequestsPerChange), true
 	}},
+	{"cpu-change", "hub CPU per single create", "ms", func(s *Step) (float64, bool) {
+		if s.Change == nil {
+			return 0, false
+		}
+		return s.Change.CPUMsPerChange, true
+	}},
 	{"cpu-create", "hub CPU per Database created (growth)", "ms", func(s *Step) (float64, bool) {
 		return s.GrowCPUSeconds * 1000 / float64(max(s.Created, 1)), s.Created > 0
 	}},

@@ -209,7 +209,13 @@ func fitTable(steps []*scale.Step, t Target) string {
 			fmt.Fprintf(&b, "| %s | %s | – | – | – | – | %d | not fitted: %v | |\n", f.Name, f.Unit, len(pts), err)
 			continue
 		}
-		at := m.At(t.Members, t.Databases)
+		// A negative slope is noise over the measured range (no cost
+		// shrinks as the fleet grows): the extrapolation takes it as 0.
+		at := m.Intercept + max(0, m.PerMember)*t.Members + max(0, m.PerDatabase)*t.Databases
+		atStr := sig(at)
+		if m.PerMember < 0 || m.PerDatabase < 0 {
+			atStr += " (negative slope taken as 0)"
+		}
 		goal := ""
 		switch f.Unit {
 		case "cores":
@@ -218,7 +224,7 @@ func fitTable(steps []*scale.Step, t Target) string {
 			goal = verdict(at, t.MiB, "MiB")
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.2f | %d | %s | %s |\n",
-			f.Name, f.Unit, sig(m.Intercept), sig(m.PerMember), sig(m.PerDatabase), m.R2, m.N, sig(at), goal)
+			f.Name, f.Unit, sig(m.Intercept), sig(m.PerMember), sig(m.PerDatabase), m.R2, m.N, atStr, goal)
 	}
 	return b.String()
 }
