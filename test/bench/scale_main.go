@@ -78,17 +78,8 @@ func parseInts(s string) ([]int, error) {
 
 // runScale is the scale mode's main: it returns the exit code.
 func runScale(cfg config, sc *scaleConfig) int {
-	members, err := parseInts(sc.members)
-	if err == nil && slicesMax(members) > 50 {
-		err = errors.New("-scale-members: at most 50")
-	}
-	steps, err2 := parseInts(sc.databases)
-	for i := 1; err2 == nil && i < len(steps); i++ {
-		if steps[i] <= steps[i-1] {
-			err2 = errors.New("-scale-databases must increase")
-		}
-	}
-	if err = errors.Join(err, err2); err != nil {
+	members, steps, err := sc.counts()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
 	}
@@ -138,13 +129,7 @@ func runScale(cfg config, sc *scaleConfig) int {
 	stopLoad()
 	<-loadDone
 	run.Finished = time.Now()
-	if len(load.samples) > 0 {
-		mn, mx, sum := load.samples[0], load.samples[0], 0.0
-		for _, v := range load.samples {
-			mn, mx, sum = min(mn, v), max(mx, v), sum+v
-		}
-		run.Machine.LoadAvg1 = []float64{mn, round1(sum / float64(len(load.samples))), mx}
-	}
+	run.Machine.LoadAvg1 = minMeanMax(load.samples)
 	if runErr != nil {
 		run.Error = runErr.Error()
 	}
@@ -158,6 +143,33 @@ func runScale(cfg config, sc *scaleConfig) int {
 		return 1
 	}
 	return 0
+}
+
+// counts parses and checks the member and Database counts.
+func (sc *scaleConfig) counts() (members, steps []int, err error) {
+	members, err = parseInts(sc.members)
+	if err == nil && slicesMax(members) > 50 {
+		err = errors.New("-scale-members: at most 50")
+	}
+	steps, err2 := parseInts(sc.databases)
+	for i := 1; err2 == nil && i < len(steps); i++ {
+		if steps[i] <= steps[i-1] {
+			err2 = errors.New("-scale-databases must increase")
+		}
+	}
+	return members, steps, errors.Join(err, err2)
+}
+
+// minMeanMax summarises the load samples (nil when there are none).
+func minMeanMax(samples []float64) []float64 {
+	if len(samples) == 0 {
+		return nil
+	}
+	mn, mx, sum := samples[0], samples[0], 0.0
+	for _, v := range samples {
+		mn, mx, sum = min(mn, v), max(mx, v), sum+v
+	}
+	return []float64{mn, round1(sum / float64(len(samples))), mx}
 }
 
 func deadlineOf(d time.Duration) time.Time {
