@@ -142,3 +142,10 @@ BENCH_ARGS ?=
 bench: toolchain ## Fleet benchmark: fleetdb against a direct-apply floor on a local fleet of its own (BENCH_ARGS="-members 3 -burst 30").
 	$(GO) build -o bin/fleetdb-bench ./test/bench
 	bin/fleetdb-bench $(BENCH_ARGS)
+
+SCALE_ARGS ?=
+
+.PHONY: bench-scale
+bench-scale: toolchain ## Scale mode of the bench: a fleet per member count, grown to 100/500/1,000 Databases; JSON, then plots with scaleplot (docs/scale.md; SCALE_ARGS="-scale-members 1,5 -scale-databases 100,500").
+	$(GO) build -o bin/fleetdb-bench ./test/bench
+	bin/fleetdb-bench -scale $(SCALE_ARGS)

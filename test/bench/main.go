@@ -61,7 +61,11 @@ func main() {
 	flag.StringVar(&cfg.prefix, "fleet-prefix", "fleetdb-bench", "FLEET_PREFIX of the bench fleet's kwok clusters")
 	flag.StringVar(&cfg.hubArgs, "hub-args", "", "extra flags for the hub, space-separated (e.g. \"--member-qps=200\")")
 	flag.BoolVar(&cfg.skipIsolation, "skip-isolation", false, "skip the slowed-member measurement")
+	sc := scaleFlags()
 	flag.Parse()
+	if sc.on {
+		os.Exit(runScale(cfg, sc))
+	}
 	if cfg.members < 1 || cfg.members > 20 {
 		fmt.Fprintln(os.Stderr, "bench: -members must be 1..20")
 		os.Exit(2)
