@@ -871,12 +871,18 @@ func (b *bench) endPhase(ctx context.Context, m *phaseMark, changes int, settleW
 			return nil, err
 		}
 	}
-	if b.audit == nil {
-		return nil, nil // the latency fleet counts no writes
-	}
 	end, err := b.mark(ctx, m.name)
 	if err != nil {
 		return nil, err
+	}
+	if b.audit == nil {
+		// The latency fleet counts no writes: only what the hub's metrics say.
+		b.rep.HubPhases = append(b.rep.HubPhases, &WritePhase{
+			Phase: m.name, Changes: changes, HubMetrics: hubDelta(m.hub, end.hub),
+			HubClientSide: int(end.hub["client writes to hub"] + end.hub["client writes to members"] - m.hub["client writes to hub"] - m.hub["client writes to members"]),
+			HubCPUSeconds: round1((end.cpu-m.cpu)*100) / 100, Seconds: round1(end.at.Sub(m.at).Seconds()),
+		})
+		return nil, nil
 	}
 	d := end.counts.sub(m.counts)
 	isHub := func(k writeKey) bool { return k.Agent == agentHub }

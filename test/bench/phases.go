@@ -52,6 +52,9 @@ func (b *bench) warmUp(ctx context.Context) error {
 	if b.audit == nil {
 		return nil
 	}
+	if _, err := b.audit.snapshot(); err != nil {
+		return err
+	}
 	b.audit.mu.Lock()
 	hubSeen := false
 	for ua := range b.audit.agents {

@@ -15,14 +15,16 @@ import (
 
 // Report is the JSON the benchmark writes (and the table it prints).
 type Report struct {
-	Started   time.Time      `json:"started"`
-	Finished  time.Time      `json:"finished"`
-	Config    ReportConfig   `json:"config"`
-	Machine   Machine        `json:"machine"`
-	Source    string         `json:"source"`
-	Latencies []*Latency     `json:"latencies"`
-	Scalars   []*Scalar      `json:"scalars"`
-	Writes    []*WritePhase  `json:"writes"`
+	Started   time.Time     `json:"started"`
+	Finished  time.Time     `json:"finished"`
+	Config    ReportConfig  `json:"config"`
+	Machine   Machine       `json:"machine"`
+	Source    string        `json:"source"`
+	Latencies []*Latency    `json:"latencies"`
+	Scalars   []*Scalar     `json:"scalars"`
+	Writes    []*WritePhase `json:"writes"`
+	// HubPhases are the latency fleet's phases: the hub's metrics only (no audit log there).
+	HubPhases []*WritePhase  `json:"hubPhasesLatencyFleet,omitempty"`
 	Checks    []*Check       `json:"checks"`
 	Agents    map[string]int `json:"auditUserAgents,omitempty"`
 	Notes     []string       `json:"notes,omitempty"`
@@ -252,6 +254,9 @@ func (r *Report) print(w io.Writer) {
 		if len(p.HubMetrics) > 0 {
 			fmt.Fprintf(w, "  hub metrics in %s: %s\n", p.Phase, sortedPairs(p.HubMetrics, "%s=%g"))
 		}
+	}
+	for _, p := range r.HubPhases {
+		fmt.Fprintf(w, "  latency fleet, hub metrics in %s (CPU %.2f s, %d writes): %s\n", p.Phase, p.HubCPUSeconds, p.HubClientSide, sortedPairs(p.HubMetrics, "%s=%g"))
 	}
 
 	fmt.Fprintln(w, "\nTargets")
