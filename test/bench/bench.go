@@ -193,8 +193,22 @@ func (b *bench) upFleet(ctx context.Context, audit bool) error {
 	logf("starting a fleet of a hub and %d members under %s, audit log %v (log %s)", cfg.members, cfg.fleetDir, audit, b.fleetLog.Name())
 	start := time.Now()
 	var err error
-	if b.fleet, err = startFleet(ctx, cfg, audit, b.fleetLog); err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		if b.fleet, err = startFleet(ctx, cfg, audit, b.fleetLog); err != nil {
+			return err
+		}
+		// A kwok controller that lost its port to another fleet created at
+		// the same moment exits, and its member never reports a Cluster
+		// healthy: take such a fleet down and start it again, once.
+		dead := deadKwok(cfg.fleetDir, b.fleet.MemberNames(), cfg.prefix)
+		if len(dead) == 0 {
+			break
+		}
+		if attempt == 2 {
+			return fmt.Errorf("kwok is not running in %v (another fleet took its port?)", dead)
+		}
+		logf("kwok is not running in %v: recreating the fleet", dead)
+		b.downFleet()
 	}
 	logf("fleet up in %s", time.Since(start).Round(time.Second))
 	b.members = b.fleet.MemberNames()
@@ -223,6 +237,30 @@ func (b *bench) upFleet(ctx context.Context, audit bool) error {
 		return err
 	}
 	return b.ensureNamespace(ctx, nsFleet)
+}
+
+// deadKwok lists the members of the fleet under dir whose kwok controller
+// process is not running.
+func deadKwok(dir string, members []string, prefix string) []string {
+	running := map[string]bool{}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		exe, _, _ := strings.Cut(string(b), "\x00")
+		if strings.HasSuffix(exe, "/bin/kwok-controller") {
+			running[filepath.Dir(filepath.Dir(exe))] = true
+		}
+	}
+	var dead []string
+	for _, m := range members {
+		if !running[filepath.Join(dir, "kwok", "clusters", prefix+"-"+m)] {
+			dead = append(dead, m)
+		}
+	}
+	return dead
 }
 
 // clients builds the bench's clients of the hub and the members.

@@ -64,3 +64,9 @@ func TestFloorKinds(t *testing.T) {
 	g.Expect([]string{floorName("x", floorMinimal), floorName("x", floorParallel), floorName("x", floorSequential)}).
 		To(Equal([]string{"x-min", "x-all", "x"}))
 }
+
+// TestDeadKwok: members of a fleet with no kwok controller running are listed.
+func TestDeadKwok(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(deadKwok(t.TempDir(), []string{"member-1", "member-2"}, "fleetdb-bench")).To(Equal([]string{"member-1", "member-2"}))
+}
