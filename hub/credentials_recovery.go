@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -82,9 +83,17 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 		registered[members.Items[i].Name] = true
 	}
 	names := sortedKeys(registered)
+	// The members are read at once (a read may go to a member's API server,
+	// see memberCredentials); the results are weighed in name order.
+	secrets, oks := make([]*corev1.Secret, len(names)), make([]bool, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() { secrets[i], oks[i] = r.memberCredentials(ctx, db, name, maybe[name]) })
+	}
+	wg.Wait()
 	bestOwn := false
-	for _, name := range names {
-		s, ok := r.memberCredentials(ctx, db, name, maybe[name])
+	for i, name := range names {
+		s, ok := secrets[i], oks[i]
 		switch {
 		case !ok:
 			if maybe[name] {

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -144,7 +145,34 @@ func (r *memberSyncReconciler) sync(ctx context.Context, cluster string, key typ
 		}
 		return failedOutcome(errReasonObserve, err, r.failureResult(key, cluster, err))
 	}
-	return r.syncWorkload(ctx, cl.GetClient(), cl.GetAPIReader(), cluster, key, db, p, role)
+	c := cl.GetClient()
+	if db.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG {
+		c = cachedClusterReads{Client: c, cache: cl.GetCache()}
+	}
+	return r.syncWorkload(ctx, c, cl.GetAPIReader(), cluster, key, db, p, role)
+}
+
+// cachedClusterReads serves the Gets of CloudNativePG Clusters from the
+// member's cache, which watches them (backendReady started the watch):
+// controller-runtime's cache-backed client reads every unstructured object
+// live, so each sync read the Cluster from the API server, and member.Apply
+// did so twice for a new one (its cache look-up, then its live read, one
+// after the other). Through the cache, an unchanged Cluster costs no request
+// and a new one one live read (member.Apply reads what the cache misses
+// live, with the other objects at once: an unowned Cluster, which the cache
+// does not hold, is still refused). Lists are not touched: they stay live
+// (teardown lists CloudNativePG's claims, which carry no fleetdb label).
+type cachedClusterReads struct {
+	client.Client
+	cache client.Reader
+}
+
+// Get reads a CloudNativePG Cluster from the cache, anything else as the client does.
+func (c cachedClusterReads) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if u, ok := obj.(*unstructured.Unstructured); ok && u.GroupVersionKind() == member.CNPGClusterGVK {
+		return c.cache.Get(ctx, key, obj, opts...)
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
 }
 
 // syncWorkload applies the plan (a member whose turn in the rollout came)

@@ -147,9 +147,12 @@ func (p *plan) read(ctx context.Context, c client.Client, live client.Reader) (c
 
 // write applies the objects the member does not hold as last applied. They
 // do not depend on each other at creation (pods wait for their Secret and
-// ConfigMap), so they are written at once: one round trip per member
-// instead of one per object. It returns the objects written and, among them,
-// those put back after drift.
+// ConfigMap, a CloudNativePG Cluster for its initdb Secret), so they are
+// written at once: one round trip per member instead of one per object.
+// Only a workload object being created (see workloadFirst) goes alone, in a
+// round of its own before the others: writes sent together contend in the
+// member's API server, and the workload is what starts the database. It
+// returns the objects written and, among them, those put back after drift.
 func (p *plan) write(ctx context.Context, c client.Client, memo *Memo) (applied, restored []string, err error) {
 	var todo []*item
 	for _, it := range p.items {
@@ -158,14 +161,18 @@ func (p *plan) write(ctx context.Context, c client.Client, memo *Memo) (applied,
 		}
 	}
 	wasRestored := make([]bool, len(todo))
-	writes := make([]func() error, len(todo))
-	for i, it := range todo {
-		writes[i] = func() (err error) {
-			wasRestored[i], err = it.apply(ctx, c, memo)
-			return err
+	var errs []error
+	for _, round := range p.rounds(todo) {
+		writes := make([]func() error, len(round))
+		for j, i := range round {
+			it := todo[i]
+			writes[j] = func() (err error) {
+				wasRestored[i], err = it.apply(ctx, c, memo)
+				return err
+			}
 		}
+		errs = append(errs, parallel(writes))
 	}
-	err = parallel(writes)
 	for i, it := range todo {
 		if it.applied {
 			applied = append(applied, ref(it.desired))
@@ -174,7 +181,45 @@ func (p *plan) write(ctx context.Context, c client.Client, memo *Memo) (applied,
 			restored = append(restored, ref(it.desired))
 		}
 	}
-	return applied, restored, err
+	return applied, restored, errors.Join(errs...)
+}
+
+// rounds splits the indexes of todo into rounds of writes sent at once: the
+// workload objects being created first when workloadFirst allows it, then
+// the rest; otherwise everything in one round. A failed first round does
+// not stop the second: every object is tried, as when all go at once.
+func (p *plan) rounds(todo []*item) [][]int {
+	var first, rest []int
+	for i, it := range todo {
+		if it.live == nil && isWorkloadKind(it.gvk) && p.workloadFirst() {
+			first = append(first, i)
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	if len(first) == 0 || len(rest) == 0 {
+		return [][]int{append(first, rest...)}
+	}
+	return [][]int{first, rest}
+}
+
+// workloadFirst reports whether a new workload may be written before the
+// other objects. Not when the plan holds Secrets besides the credentials
+// (a PrimaryStandby member's certificates): a Cluster must never meet its
+// certificate Secrets missing, even for one round trip.
+func (p *plan) workloadFirst() bool {
+	for _, it := range p.items {
+		if it.gvk.Group == "" && it.gvk.Kind == "Secret" && it.desired.GetName() != secretName(p.dbName) {
+			return false
+		}
+	}
+	return true
+}
+
+// isWorkloadKind: the object that creates the database's pods (a StatefulSet,
+// or the CloudNativePG Cluster whose operator creates them).
+func isWorkloadKind(gvk schema.GroupVersionKind) bool {
+	return gvk == CNPGClusterGVK || (gvk.Group == "apps" && gvk.Kind == "StatefulSet")
 }
 
 // plan is Apply's view of objs.

@@ -40,3 +40,33 @@ func TestFloorSendsTheHubsBodies(t *testing.T) {
 		g.Expect(string(got)).To(Equal(string(bytes.ReplaceAll(want, fleetdbLabel, floorLabel))), floor[i].GetKind())
 	}
 }
+
+// TestFloorKinds: the minimal floor applies only the object that creates the
+// workload (the CloudNativePG Cluster of the bench's postgres Databases),
+// the parallel floor every object but the Namespace, the sequential floor
+// everything in render order; each kind has a name of its own.
+func TestFloorKinds(t *testing.T) {
+	g := NewWithT(t)
+	b := &bench{members: []string{"m1"}, creds: map[string][]byte{"username": []byte("app"), "password": []byte("secret")}}
+	objs, err := b.directObjects("orders", "m1", 2, 1)
+	g.Expect(err).NotTo(HaveOccurred())
+	kinds := func(k floorKind) []string {
+		var out []string
+		for _, u := range floorObjects(objs, k) {
+			out = append(out, u.GetKind())
+		}
+		return out
+	}
+	g.Expect(kinds(floorMinimal)).To(Equal([]string{"Cluster"}))
+	g.Expect(floorObjects(objs, floorMinimal)[0].GroupVersionKind()).To(Equal(member.CNPGClusterGVK))
+	g.Expect(kinds(floorParallel)).To(Equal([]string{"Secret", "Service", "Cluster"}))
+	g.Expect(kinds(floorSequential)).To(Equal([]string{"Namespace", "Secret", "Service", "Cluster"}))
+	g.Expect([]string{floorName("x", floorMinimal), floorName("x", floorParallel), floorName("x", floorSequential)}).
+		To(Equal([]string{"x-min", "x-all", "x"}))
+}
+
+// TestDeadKwok: members of a fleet with no kwok controller running are listed.
+func TestDeadKwok(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(deadKwok(t.TempDir(), []string{"member-1", "member-2"}, "fleetdb-bench")).To(Equal([]string{"member-1", "member-2"}))
+}

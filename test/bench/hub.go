@@ -10,15 +10,20 @@ import (
 )
 
 // startFleet brings the benchmark's own local fleet up (test/localfleet,
-// shared with the e2e suite), its kube-apiservers writing audit logs. The
-// fleet is returned also on an error, to be taken down.
-func startFleet(ctx context.Context, cfg config, log io.Writer) (*localfleet.Fleet, error) {
-	return localfleet.Start(ctx, localfleet.Options{
+// shared with the e2e suite). With audit its kube-apiservers write audit
+// logs (the write-count fleet); without, they do not (the latency fleet: an
+// audit log costs the API server CPU on every write, the floor's included).
+// The fleet is returned also on an error, to be taken down.
+func startFleet(ctx context.Context, cfg config, audit bool, log io.Writer) (*localfleet.Fleet, error) {
+	opts := localfleet.Options{
 		RepoRoot: cfg.root, Dir: cfg.fleetDir, Prefix: cfg.prefix, Members: cfg.members, Log: log,
-		ExtraEnv: []string{"FLEET_AUDIT_POLICY=" + filepath.Join(cfg.fleetDir, "audit-policy.yaml")},
-		Files:    map[string][]byte{"audit-policy.yaml": []byte(auditPolicy)},
 		Attempts: 3,
-	})
+	}
+	if audit {
+		opts.ExtraEnv = []string{"FLEET_AUDIT_POLICY=" + filepath.Join(cfg.fleetDir, "audit-policy.yaml")}
+		opts.Files = map[string][]byte{"audit-policy.yaml": []byte(auditPolicy)}
+	}
+	return localfleet.Start(ctx, opts)
 }
 
 // memberKubeconfig is the path of a member's kubeconfig.

@@ -4,9 +4,11 @@
 //	go run ./test/bench [-members 5] [-burst 100] [-rest 60s] [-out file.json]
 //
 // It starts a kwok fleet with hack/fleet.sh (own FLEET_DIR and FLEET_PREFIX,
-// audit logs on), builds and runs the hub as a separate process, measures,
-// prints a table, writes JSON, and always tears the hub and the fleet down
-// (also on error and Ctrl-C). See docs/benchmarks.md.
+// no audit log), builds and runs the hub as a separate process, measures the
+// latencies, then takes that fleet down and starts a second one with audit
+// logs on, where it counts the hub's writes; it prints a table, writes JSON,
+// and always tears the hub and the fleet down (also on error and Ctrl-C).
+// See docs/benchmarks.md.
 package main
 
 import (
@@ -35,6 +37,7 @@ type config struct {
 	burstPlacement string
 	burstWorkers   int
 	samples        int
+	writeSamples   int
 	rest           time.Duration
 	probeInterval  time.Duration
 	slowDelay      time.Duration
@@ -53,6 +56,8 @@ func main() {
 		"spread: burst Database i goes to member i mod N (M workloads in all, SPEC 8's 'per member at once'); all: every burst Database on every member (M×N)")
 	flag.IntVar(&cfg.burstWorkers, "burst-workers", 16, "goroutines creating (or applying) the burst")
 	flag.IntVar(&cfg.samples, "samples", 20, "Databases created, updated and deleted one at a time")
+	flag.IntVar(&cfg.writeSamples, "write-samples", 10,
+		"Databases created, updated and deleted one at a time on the write-count fleet (audit on; 0: no write-count fleet)")
 	flag.DurationVar(&cfg.rest, "rest", 60*time.Second, "quiet interval of the fleet at rest in which writes are counted")
 	flag.DurationVar(&cfg.probeInterval, "probe-interval", 10*time.Second, "the hub's --probe-interval")
 	flag.DurationVar(&cfg.slowDelay, "slow-delay", time.Second, "latency the proxy adds to every request to the slowed member")

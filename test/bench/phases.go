@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ type keyFigures struct {
 	othersUnslowed   *Latency
 	othersSlowed     *Latency
 	leftovers        int
+	hwm              float64 // hub peak RSS, MiB
 }
 
 var kf keyFigures
@@ -30,7 +32,7 @@ var kf keyFigures
 func (b *bench) warmUp(ctx context.Context) error {
 	logf("warm-up: one Database through the hub and one direct apply (namespaces, connections)")
 	all := b.members
-	if err := b.directApply(ctx, "warm", all, replicas, 1); err != nil {
+	if err := b.directApply(ctx, floorSequential, "warm", all, replicas, 1); err != nil {
 		return err
 	}
 	db := b.newDatabase("warm", all, int32(len(all)))
@@ -47,6 +49,12 @@ func (b *bench) warmUp(ctx context.Context) error {
 	if err := b.settle(ctx, 3*time.Second, time.Minute); err != nil {
 		return err
 	}
+	if b.audit == nil {
+		return nil
+	}
+	if _, err := b.audit.snapshot(); err != nil {
+		return err
+	}
 	b.audit.mu.Lock()
 	hubSeen := false
 	for ua := range b.audit.agents {
@@ -61,37 +69,86 @@ func (b *bench) warmUp(ctx context.Context) error {
 	return nil
 }
 
+// floorRuns collects one latency per floor kind.
+type floorRuns map[floorKind][]time.Duration
+
+// latency records fleetdb's figure beside the floors (ratio to the minimal
+// floor; the parallel and sequential floors beside it). On the write-count
+// fleet (audit on, no floor) the name says so.
+func (b *bench) latency(name string, f []time.Duration, fl floorRuns, note string) *Latency {
+	if b.counting {
+		return b.rep.latency("write-count fleet (audit on): "+name, f, nil, note)
+	}
+	if fl == nil {
+		return b.rep.latency(name, f, nil, note)
+	}
+	return b.rep.latency(name, f, fl[floorMinimal], note).floors(fl[floorParallel], fl[floorSequential])
+}
+
+// each runs fleet and every floor kind in an order rotated by sample i, so
+// that each sees the same load on average; on the write-count fleet only
+// fleet runs.
+func (b *bench) each(i int, fleet func() error, floor func(k floorKind) error) error {
+	if b.counting {
+		return fleet()
+	}
+	steps := []func() error{fleet}
+	for _, k := range floorKinds {
+		steps = append(steps, func() error { return floor(k) })
+	}
+	for j := range steps {
+		if err := steps[(i+j)%len(steps)](); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // oneAtATime creates, updates and deletes Databases one at a time, each
-// fleetdb change beside the same change applied directly (alternating which
-// goes first), and waits for each to finish before the next.
+// fleetdb change beside the same change applied directly (every floor kind,
+// order rotated per sample), and waits for each to finish before the next.
+// On the write-count fleet it makes fleetdb's changes only, counting writes.
 func (b *bench) oneAtATime(ctx context.Context) error {
 	all := b.members
 	k := b.cfg.samples
+	if b.counting {
+		k = b.cfg.writeSamples
+	}
 	maxU := int32(len(all)) // every member at once, like the floor (SPEC 4.7's default is 1)
 	names := make([]string, k)
 	for i := range k {
 		names[i] = fmt.Sprintf("one-%02d", i)
 	}
-	gens := map[string]int64{}
+	if err := b.createOneAtATime(ctx, names, maxU); err != nil {
+		return err
+	}
+	if err := b.updateOneAtATime(ctx, names); err != nil {
+		return err
+	}
+	return b.deleteOneAtATime(ctx, names)
+}
 
-	// ---- create ----
-	logf("create one at a time: %d Databases × %d members, beside the direct apply", k, len(all))
-	var fProp, dProp, fReady, fMemberReady, dReady, lag []time.Duration
+func (b *bench) createOneAtATime(ctx context.Context, names []string, maxU int32) error {
+	all := b.members
+	logf("create one at a time: %d Databases × %d members, beside the direct applies", len(names), len(all))
+	var fProp, fReady, fMemberReady, lag []time.Duration
+	dProp, dReady := floorRuns{}, floorRuns{}
 	mk, err := b.mark(ctx, "create (one at a time)")
 	if err != nil {
 		return err
 	}
 	for i, name := range names {
-		direct := func() error {
+		direct := func(fk floorKind) error {
 			t0 := time.Now()
-			if err := b.directApply(ctx, name, all, replicas, 1); err != nil {
+			if err := b.directApply(ctx, fk, name, all, replicas, 1); err != nil {
 				return err
 			}
-			if err := waitFor(ctx, oneTimeout, "direct "+name+" Ready", func() bool { return b.readyAll(nsDirect, name, all, replicas) }); err != nil {
+			n := floorName(name, fk)
+			if err := waitFor(ctx, oneTimeout, "direct "+n+" Ready", func() bool { return b.readyAll(nsDirect, n, all, replicas) }); err != nil {
 				return err
 			}
-			dProp = append(dProp, b.since(nsDirect, name, all, t0, seenAt)...)
-			dReady = append(dReady, b.latest(nsDirect, name, all, readyAt(replicas)).Sub(t0))
+			dProp[fk] = append(dProp[fk], b.since(nsDirect, n, all, t0, seenAt)...)
+			dReady[fk] = append(dReady[fk], b.latest(nsDirect, n, all, readyAt(replicas)).Sub(t0))
 			return nil
 		}
 		fleet := func() error {
@@ -100,7 +157,6 @@ func (b *bench) oneAtATime(ctx context.Context) error {
 				return err
 			}
 			t0 := time.Now()
-			gens[name] = db.Generation
 			if err := waitFor(ctx, oneTimeout, "fleetdb "+name+" Ready", func() bool {
 				_, ok := b.hubReady(name, db.Generation)
 				return ok && b.readyAll(nsFleet, name, all, replicas)
@@ -115,36 +171,57 @@ func (b *bench) oneAtATime(ctx context.Context) error {
 			lag = append(lag, hr.Sub(mr))
 			return nil
 		}
-		if err := alternate(i, direct, fleet); err != nil {
+		if err := b.each(i, fleet, direct); err != nil {
 			return err
 		}
 	}
-	if _, err := b.endPhase(ctx, mk, k, time.Minute); err != nil {
+	wp, err := b.endPhase(ctx, mk, len(names), time.Minute)
+	if err != nil {
 		return err
 	}
-	kf.prop = b.rep.latency("create → CloudNativePG Cluster in member", fProp, dProp, "per member×Database; fleetdb from the create call's return, floor from the start of the apply")
-	kf.ready = b.rep.latency("create → Ready on the hub", fReady, dReady, "floor: direct apply → every member's Cluster healthy (kwok Stages play CloudNativePG)")
-	b.rep.latency("create → Ready in every member (member view)", fMemberReady, dReady, "fleetdb's Clusters as the members see them")
-	kf.lag = b.rep.latency("member Ready → hub Ready (hub lag)", lag, nil, "last member's Cluster healthy (bench watch) → Ready=True on the hub")
+	if wp != nil {
+		wp.Derived = map[string]float64{"status patches per Database": perChange(wp, "patch databases/status")}
+	}
+	prop := b.latency("create → CloudNativePG Cluster in member", fProp, dProp, "per member×Database; fleetdb from the create call's return, floor from the start of the apply")
+	ready := b.latency("create → Ready on the hub", fReady, dReady, "floor: direct apply → every member's Cluster healthy (kwok Stages play CloudNativePG)")
+	b.latency("create → Ready in every member (member view)", fMemberReady, dReady, "fleetdb's Clusters as the members see them")
+	l := b.latency("member Ready → hub Ready (hub lag)", lag, nil, "last member's Cluster healthy (bench watch) → Ready=True on the hub")
+	if !b.counting {
+		kf.prop, kf.ready, kf.lag = prop, ready, l
+	}
+	return nil
+}
 
-	// ---- update: replicas+1 ----
+// perChange is the phase's hub writes "verb resource" per Database change.
+func perChange(wp *WritePhase, verbResource string) float64 {
+	if wp.Changes == 0 {
+		return 0
+	}
+	return round1(float64(wp.HubByResource[verbResource])*100/float64(wp.Changes)) / 100
+}
+
+func (b *bench) updateOneAtATime(ctx context.Context, names []string) error {
+	all := b.members
 	up := replicas + 1
 	logf("update one at a time: replicas %d → %d", replicas, up)
-	var fuProp, duProp, fuReady, duReady []time.Duration
-	if mk, err = b.mark(ctx, "update (one at a time)"); err != nil {
+	var fuProp, fuReady []time.Duration
+	duProp, duReady := floorRuns{}, floorRuns{}
+	mk, err := b.mark(ctx, "update (one at a time)")
+	if err != nil {
 		return err
 	}
 	for i, name := range names {
-		direct := func() error {
+		direct := func(fk floorKind) error {
 			t0 := time.Now()
-			if err := b.directApply(ctx, name, all, up, 2); err != nil {
+			if err := b.directApply(ctx, fk, name, all, up, 2); err != nil {
 				return err
 			}
-			if err := waitFor(ctx, oneTimeout, "direct "+name+" updated", func() bool { return b.readyAll(nsDirect, name, all, up) }); err != nil {
+			n := floorName(name, fk)
+			if err := waitFor(ctx, oneTimeout, "direct "+n+" updated", func() bool { return b.readyAll(nsDirect, n, all, up) }); err != nil {
 				return err
 			}
-			duProp = append(duProp, b.since(nsDirect, name, all, t0, replicasAt(up))...)
-			duReady = append(duReady, b.latest(nsDirect, name, all, readyAt(up)).Sub(t0))
+			duProp[fk] = append(duProp[fk], b.since(nsDirect, n, all, t0, replicasAt(up))...)
+			duReady[fk] = append(duReady[fk], b.latest(nsDirect, n, all, readyAt(up)).Sub(t0))
 			return nil
 		}
 		fleet := func() error {
@@ -158,7 +235,6 @@ func (b *bench) oneAtATime(ctx context.Context) error {
 				return err
 			}
 			t0 := time.Now()
-			gens[name] = db.Generation
 			if err := waitFor(ctx, oneTimeout, "fleetdb "+name+" updated", func() bool {
 				_, ok := b.hubReady(name, db.Generation)
 				return ok && b.readyAll(nsFleet, name, all, up)
@@ -170,37 +246,51 @@ func (b *bench) oneAtATime(ctx context.Context) error {
 			fuReady = append(fuReady, hr.Sub(t0))
 			return nil
 		}
-		if err := alternate(i, direct, fleet); err != nil {
+		if err := b.each(i, fleet, direct); err != nil {
 			return err
 		}
 	}
-	if _, err := b.endPhase(ctx, mk, k, time.Minute); err != nil {
+	wp, err := b.endPhase(ctx, mk, len(names), time.Minute)
+	if err != nil {
 		return err
 	}
-	b.rep.latency("update → new spec in member", fuProp, duProp, "replicas 2→3 seen as the member's Cluster instances")
-	b.rep.latency("update → Ready on the new generation", fuReady, duReady, fmt.Sprintf("rollout.maxUnavailable=%d (all members at once, as the floor)", maxU))
+	if wp != nil {
+		wp.Derived = map[string]float64{"status patches per Database": perChange(wp, "patch databases/status")}
+	}
+	b.latency("update → new spec in member", fuProp, duProp, "replicas 2→3 seen as the member's Cluster instances")
+	b.latency("update → Ready on the new generation", fuReady, duReady, fmt.Sprintf("rollout.maxUnavailable=%d (all members at once, as the floor)", len(all)))
+	return nil
+}
 
-	// ---- delete ----
+func (b *bench) deleteOneAtATime(ctx context.Context, names []string) error {
+	all := b.members
 	logf("delete one at a time")
-	var fdGone, ddGone, fdAll, ddAll, fdHub []time.Duration
-	if mk, err = b.mark(ctx, "delete (one at a time)"); err != nil {
+	var fdGone, fdAll, fdHub []time.Duration
+	ddGone, ddAll := floorRuns{}, floorRuns{}
+	claims, err := b.countClaims(ctx, nsFleet)
+	if err != nil {
+		return err
+	}
+	mk, err := b.mark(ctx, "delete (one at a time)")
+	if err != nil {
 		return err
 	}
 	for i, name := range names {
-		direct := func() error {
+		direct := func(fk floorKind) error {
 			t0 := time.Now()
-			if err := b.directDelete(ctx, name, all); err != nil {
+			if err := b.directDelete(ctx, fk, name, all); err != nil {
 				return err
 			}
-			at, err := b.pollGone(ctx, nsDirect, []string{name}, all, 100*time.Millisecond)
+			n := floorName(name, fk)
+			at, err := b.pollGone(ctx, nsDirect, []string{n}, all, 100*time.Millisecond)
 			if err != nil {
 				return err
 			}
-			if err := waitFor(ctx, oneTimeout, "direct "+name+" gone", func() bool { return b.goneAll(nsDirect, name, all) }); err != nil {
+			if err := waitFor(ctx, oneTimeout, "direct "+n+" gone", func() bool { return b.goneAll(nsDirect, n, all) }); err != nil {
 				return err
 			}
-			ddGone = append(ddGone, b.since(nsDirect, name, all, t0, goneAt)...)
-			ddAll = append(ddAll, at.Sub(t0))
+			ddGone[fk] = append(ddGone[fk], b.since(nsDirect, n, all, t0, goneAt)...)
+			ddAll[fk] = append(ddAll[fk], at.Sub(t0))
 			return nil
 		}
 		fleet := func() error {
@@ -231,29 +321,59 @@ func (b *bench) oneAtATime(ctx context.Context) error {
 			kf.leftovers += n
 			return nil
 		}
-		if err := alternate(i, direct, fleet); err != nil {
+		if err := b.each(i, fleet, direct); err != nil {
 			return err
 		}
 	}
-	if _, err := b.endPhase(ctx, mk, k, time.Minute); err != nil {
+	wp, err := b.endPhase(ctx, mk, len(names), time.Minute)
+	if err != nil {
 		return err
 	}
-	b.rep.latency("delete → Cluster gone in member", fdGone, ddGone, "")
-	b.rep.latency("delete → nothing left in any member", fdAll, ddAll, "Clusters, StatefulSets and volume claims listed every 100 ms on both sides")
-	b.rep.latency("delete → Database gone on the hub", fdHub, ddAll, "finalizer released; floor: direct delete → nothing left")
+	if wp != nil {
+		wp.Derived = deletesPerObject(wp, len(names)*len(all), claims)
+	}
+	b.latency("delete → Cluster gone in member", fdGone, ddGone, "")
+	b.latency("delete → nothing left in any member", fdAll, ddAll, "Clusters, StatefulSets and volume claims listed every 100 ms on both sides")
+	b.latency("delete → Database gone on the hub", fdHub, ddAll, "finalizer released; floor: direct delete → nothing left")
 	return nil
 }
 
-// alternate runs direct and fleet, direct first on even samples.
-func alternate(i int, direct, fleet func() error) error {
-	first, second := direct, fleet
-	if i%2 == 1 {
-		first, second = fleet, direct
+// deletesPerObject divides the phase's hub deletes of each member resource by
+// the objects of that resource the phase removed: pairs member×Database
+// (each has one object of each rendered kind) and, for claims, the claims
+// listed before the phase.
+func deletesPerObject(wp *WritePhase, pairs, claims int) map[string]float64 {
+	out := map[string]float64{"claims before": float64(claims)}
+	for vr, n := range wp.HubByResource {
+		res, ok := strings.CutPrefix(vr, "delete ")
+		if !ok || res == "databases" {
+			continue
+		}
+		den := pairs
+		if res == "persistentvolumeclaims" {
+			den = claims
+		}
+		if den > 0 {
+			out["deletes per object: "+res] = round1(float64(n)*100/float64(den)) / 100
+		}
 	}
-	if err := first(); err != nil {
-		return err
+	if wp.Changes > 0 {
+		out["status patches per Database"] = perChange(wp, "patch databases/status")
 	}
-	return second()
+	return out
+}
+
+// countClaims lists the volume claims of the Databases in ns in every member.
+func (b *bench) countClaims(ctx context.Context, ns string) (int, error) {
+	n := 0
+	for _, m := range b.members {
+		l := &corev1.PersistentVolumeClaimList{}
+		if err := b.direct[m].List(ctx, l, client.InNamespace(ns), client.HasLabels{fleetv1alpha1.LabelDatabaseName}); err != nil {
+			return 0, err
+		}
+		n += len(l.Items)
+	}
+	return n, nil
 }
 
 // pollGone lists until no StatefulSet or claim of the Databases ns/names is
@@ -333,63 +453,16 @@ func (b *bench) burstPhase(ctx context.Context) error {
 	burstTimeout := 20 * time.Minute
 	t0s := make([]time.Time, m)
 
-	// ---- the floor ----
-	logf("burst, direct: %d Databases (%d Clusters) applied by %d goroutines", m, pairs, w)
-	start := time.Now()
-	if err := pool(ctx, m, w, func(i int) error {
-		t0s[i] = time.Now()
-		return b.directApply(ctx, name(i), place(i), replicas, 1)
-	}); err != nil {
-		return err
-	}
-	if err := waitFor(ctx, burstTimeout, "direct burst Ready", func() bool {
-		for i := range m {
-			if !b.readyAll(nsDirect, name(i), place(i), replicas) {
-				return false
+	// ---- the floors (not on the write-count fleet) ----
+	bf := map[floorKind]*burstFloorResult{}
+	if !b.counting {
+		for _, k := range []floorKind{floorMinimal, floorSequential} {
+			r, err := b.burstFloor(ctx, k, m, w, place, name, pairs, burstTimeout)
+			if err != nil {
+				return err
 			}
+			bf[k] = r
 		}
-		return true
-	}); err != nil {
-		return err
-	}
-	var dProp []time.Duration
-	var dSeenLast, dReadyLast time.Time
-	for i := range m {
-		dProp = append(dProp, b.since(nsDirect, name(i), place(i), t0s[i], seenAt)...)
-		dSeenLast = later(dSeenLast, b.latest(nsDirect, name(i), place(i), seenAt))
-		dReadyLast = later(dReadyLast, b.latest(nsDirect, name(i), place(i), readyAt(replicas)))
-	}
-	dAllSeen, dAllReady := dSeenLast.Sub(start).Seconds()*1000, dReadyLast.Sub(start).Seconds()*1000
-
-	logf("burst, direct: deleting")
-	start = time.Now()
-	if err := pool(ctx, m, w, func(i int) error {
-		t0s[i] = time.Now()
-		return b.directDelete(ctx, name(i), place(i))
-	}); err != nil {
-		return err
-	}
-	dGoneAt, err := b.pollGone(ctx, nsDirect, names, all, 500*time.Millisecond)
-	if err != nil {
-		return err
-	}
-	if err := waitFor(ctx, burstTimeout, "direct burst gone", func() bool {
-		for i := range m {
-			if !b.goneAll(nsDirect, name(i), place(i)) {
-				return false
-			}
-		}
-		return true
-	}); err != nil {
-		return err
-	}
-	var dDel []time.Duration
-	for i := range m {
-		dDel = append(dDel, b.since(nsDirect, name(i), place(i), t0s[i], goneAt)...)
-	}
-	dDelAll := dGoneAt.Sub(start).Seconds() * 1000
-	if err := sleep(ctx, 5*time.Second); err != nil {
-		return err
 	}
 
 	// ---- fleetdb ----
@@ -404,7 +477,7 @@ func (b *bench) burstPhase(ctx context.Context) error {
 		return err
 	}
 	gens := make([]int64, m)
-	start = time.Now()
+	start := time.Now()
 	if err := pool(ctx, m, w, func(i int) error {
 		db := b.newDatabase(name(i), place(i), int32(len(place(i))))
 		if err := b.driver.Create(ctx, db); err != nil {
@@ -436,47 +509,52 @@ func (b *bench) burstPhase(ctx context.Context) error {
 		fReadyLast = later(fReadyLast, hr)
 	}
 	fAllSeen, fAllReady := fSeenLast.Sub(start).Seconds()*1000, fReadyLast.Sub(start).Seconds()*1000
-	if _, err := b.endPhase(ctx, mk, m, 2*time.Minute); err != nil {
+	wp, err := b.endPhase(ctx, mk, m, 2*time.Minute)
+	if err != nil {
 		return err
 	}
 	heapAfter := heapMin(ctx, b.hub, 10, 3*time.Second)
 	procAfter, _ := readProc(b.hub.Pid())
 
 	label := fmt.Sprintf("burst of %d (%d Clusters, %s)", m, pairs, b.cfg.burstPlacement)
-	kf.burstProp = b.rep.latency(label+": create → Cluster in member", fProp, dProp, "each from its own create return / apply start")
+	if wp != nil {
+		wp.Derived = map[string]float64{"status patches per Database": perChange(wp, "patch databases/status")}
+	}
+	fl := func(pick func(*burstFloorResult) []time.Duration) floorRuns {
+		if b.counting {
+			return nil
+		}
+		return floorRuns{floorMinimal: pick(bf[floorMinimal]), floorSequential: pick(bf[floorSequential])}
+	}
+	scalar := func(name, unit string, v float64, pick func(*burstFloorResult) float64, note string) *Scalar {
+		if b.counting {
+			return b.rep.scalar("write-count fleet (audit on): "+name, unit, v, nil, note)
+		}
+		mn, seq := pick(bf[floorMinimal]), pick(bf[floorSequential])
+		s := b.rep.scalar(name, unit, v, &mn, note)
+		s.FloorSequential = &seq
+		return s
+	}
+	prop := b.latency(label+": create → Cluster in member", fProp, fl(func(r *burstFloorResult) []time.Duration { return r.prop }), "each from its own create return / apply start")
 	b.rep.scalar(label+": all created on the hub", "ms", float64(createdAll.Milliseconds()), nil, fmt.Sprintf("%d goroutines", w))
-	b.rep.scalar(label+": → every Cluster in its member", "ms", fAllSeen, &dAllSeen, "wall from the first create")
-	kf.burstReady = b.rep.scalar(label+": → all Ready on the hub", "ms", fAllReady, &dAllReady, "floor: every member Cluster healthy after the direct apply")
-	b.rep.scalar(label+": → all Ready in the members (member view)", "ms", fMemberReadyLast.Sub(start).Seconds()*1000, &dAllReady, "")
-	b.rep.scalar("hub heap per Database", "KiB", (heapAfter-heapBefore)/float64(m)/1024, nil,
-		fmt.Sprintf("(heap after the burst settled − before) / %d; %.1f → %.1f MiB", m, heapBefore/(1<<20), heapAfter/(1<<20)))
-	b.rep.scalar("hub RSS per Database", "KiB", float64(procAfter.RSSBytes-procBefore.RSSBytes)/float64(m)/1024, nil, "")
-
-	// ---- rest ----
-	logf("at rest for %s with %d Databases in place", b.cfg.rest, m+1)
-	before, err := b.serverWrites(ctx)
-	if err != nil {
+	scalar(label+": → every Cluster in its member", "ms", fAllSeen, func(r *burstFloorResult) float64 { return r.allSeen }, "wall from the first create")
+	ready := scalar(label+": → all Ready on the hub", "ms", fAllReady, func(r *burstFloorResult) float64 { return r.allReady }, "floor: every member Cluster healthy after the direct apply")
+	scalar(label+": → all Ready in the members (member view)", "ms", fMemberReadyLast.Sub(start).Seconds()*1000, func(r *burstFloorResult) float64 { return r.allReady }, "")
+	if !b.counting {
+		kf.burstProp, kf.burstReady = prop, ready
+		b.rep.scalar("hub heap per Database", "KiB", (heapAfter-heapBefore)/float64(m)/1024, nil,
+			fmt.Sprintf("(heap after the burst settled − before) / %d; %.1f → %.1f MiB", m, heapBefore/(1<<20), heapAfter/(1<<20)))
+		b.rep.scalar("hub RSS per Database", "KiB", float64(procAfter.RSSBytes-procBefore.RSSBytes)/float64(m)/1024, nil, "")
+	} else if err := b.restPhase(ctx, m+1); err != nil {
 		return err
 	}
-	if mk, err = b.mark(ctx, "at rest"); err != nil {
-		return err
-	}
-	if err := sleep(ctx, b.cfg.rest); err != nil {
-		return err
-	}
-	rest, err := b.endPhase(ctx, mk, 0, 0)
-	if err != nil {
-		return err
-	}
-	after, err := b.serverWrites(ctx)
-	if err != nil {
-		return err
-	}
-	rest.ServerAllClients = after - before
-	kf.restWrites = rest
 
 	// ---- delete the burst ----
 	logf("burst, fleetdb: deleting")
+	claims, err := b.countClaims(ctx, nsFleet)
+	if err != nil {
+		return err
+	}
 	if mk, err = b.mark(ctx, "burst delete"); err != nil {
 		return err
 	}
@@ -513,13 +591,116 @@ func (b *bench) burstPhase(ctx context.Context) error {
 		g, _ := b.hubGone(name(i))
 		hubGoneLast = later(hubGoneLast, g)
 	}
-	if _, err := b.endPhase(ctx, mk, m, time.Minute); err != nil {
+	if wp, err = b.endPhase(ctx, mk, m, time.Minute); err != nil {
 		return err
 	}
-	b.rep.latency(label+": delete → Cluster gone in member", fDel, dDel, "")
-	b.rep.scalar(label+": delete → nothing left in any member", "ms", fGoneAt.Sub(start).Seconds()*1000, &dDelAll, "listed every 500 ms")
-	b.rep.scalar(label+": delete → every Database gone on the hub", "ms", hubGoneLast.Sub(start).Seconds()*1000, &dDelAll, "floor: direct delete → nothing left")
+	if wp != nil {
+		wp.Derived = deletesPerObject(wp, pairs, claims)
+	}
+	b.latency(label+": delete → Cluster gone in member", fDel, fl(func(r *burstFloorResult) []time.Duration { return r.del }), "")
+	scalar(label+": delete → nothing left in any member", "ms", fGoneAt.Sub(start).Seconds()*1000, func(r *burstFloorResult) float64 { return r.delAll }, "listed every 500 ms")
+	scalar(label+": delete → every Database gone on the hub", "ms", hubGoneLast.Sub(start).Seconds()*1000, func(r *burstFloorResult) float64 { return r.delAll }, "floor: direct delete → nothing left")
 	return nil
+}
+
+// restPhase counts writes for cfg.rest with n Databases in place (write-count fleet).
+func (b *bench) restPhase(ctx context.Context, n int) error {
+	logf("at rest for %s with %d Databases in place", b.cfg.rest, n)
+	before, err := b.serverWrites(ctx)
+	if err != nil {
+		return err
+	}
+	mk, err := b.mark(ctx, "at rest")
+	if err != nil {
+		return err
+	}
+	if err := sleep(ctx, b.cfg.rest); err != nil {
+		return err
+	}
+	rest, err := b.endPhase(ctx, mk, 0, 0)
+	if err != nil {
+		return err
+	}
+	after, err := b.serverWrites(ctx)
+	if err != nil {
+		return err
+	}
+	rest.ServerAllClients = after - before
+	kf.restWrites = rest
+	return nil
+}
+
+// burstFloorResult is one floor kind's burst.
+type burstFloorResult struct {
+	prop, del                 []time.Duration
+	allSeen, allReady, delAll float64 // ms from the burst's first call
+}
+
+// burstFloor applies m Databases of floor kind k with w goroutines, waits
+// until all are Ready, deletes them and waits until nothing is left.
+func (b *bench) burstFloor(ctx context.Context, k floorKind, m, w int, place func(int) []string, name func(int) string,
+	pairs int, timeout time.Duration,
+) (*burstFloorResult, error) {
+	all := b.members
+	t0s := make([]time.Time, m)
+	names := make([]string, m)
+	for i := range m {
+		names[i] = floorName(name(i), k)
+	}
+	logf("burst, direct (%s floor): %d Databases (%d Clusters) applied by %d goroutines", k, m, pairs, w)
+	start := time.Now()
+	if err := pool(ctx, m, w, func(i int) error {
+		t0s[i] = time.Now()
+		return b.directApply(ctx, k, name(i), place(i), replicas, 1)
+	}); err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, timeout, "direct burst Ready", func() bool {
+		for i := range m {
+			if !b.readyAll(nsDirect, names[i], place(i), replicas) {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return nil, err
+	}
+	r := &burstFloorResult{}
+	var seenLast, readyLast time.Time
+	for i := range m {
+		r.prop = append(r.prop, b.since(nsDirect, names[i], place(i), t0s[i], seenAt)...)
+		seenLast = later(seenLast, b.latest(nsDirect, names[i], place(i), seenAt))
+		readyLast = later(readyLast, b.latest(nsDirect, names[i], place(i), readyAt(replicas)))
+	}
+	r.allSeen, r.allReady = seenLast.Sub(start).Seconds()*1000, readyLast.Sub(start).Seconds()*1000
+
+	logf("burst, direct (%s floor): deleting", k)
+	start = time.Now()
+	if err := pool(ctx, m, w, func(i int) error {
+		t0s[i] = time.Now()
+		return b.directDelete(ctx, k, name(i), place(i))
+	}); err != nil {
+		return nil, err
+	}
+	goneAll, err := b.pollGone(ctx, nsDirect, names, all, 500*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, timeout, "direct burst gone", func() bool {
+		for i := range m {
+			if !b.goneAll(nsDirect, names[i], place(i)) {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return nil, err
+	}
+	for i := range m {
+		r.del = append(r.del, b.since(nsDirect, names[i], place(i), t0s[i], goneAt)...)
+	}
+	r.delAll = goneAll.Sub(start).Seconds() * 1000
+	return r, sleep(ctx, 5*time.Second)
 }
 
 func later(a, b time.Time) time.Time {
@@ -638,13 +819,19 @@ func (b *bench) createAndWait(ctx context.Context, name string, all, others []st
 	return b.since(nsFleet, name, others, t0, seenAt), b.since(nsFleet, name, []string{slow}, t0, seenAt), hr.Sub(t0), nil
 }
 
-// finalFigures adds the hub totals and judges the targets.
-func (b *bench) finalFigures() {
+// hubTotals records the latency fleet's hub totals (peak RSS, CPU).
+func (b *bench) hubTotals() {
 	p, err := readProc(b.hub.Pid())
-	if err == nil {
-		b.rep.scalar("hub peak RSS (VmHWM)", "MiB", float64(p.HWMBytes)/(1<<20), nil, "whole run")
-		b.rep.scalar("hub CPU (utime+stime)", "s", p.CPUSeconds, nil, "whole run")
+	if err != nil {
+		return
 	}
+	kf.hwm = float64(p.HWMBytes) / (1 << 20)
+	b.rep.scalar("hub peak RSS (VmHWM)", "MiB", kf.hwm, nil, "latency fleet, whole run")
+	b.rep.scalar("hub CPU (utime+stime)", "s", p.CPUSeconds, nil, "latency fleet, whole run")
+}
+
+// finalFigures judges the targets.
+func (b *bench) finalFigures() {
 	n := float64(len(b.members))
 	r := b.rep
 
@@ -678,9 +865,9 @@ func (b *bench) finalFigures() {
 		r.check(fmt.Sprintf("zero writes at rest (%s)", b.cfg.rest), fmt.Sprintf("%d to the hub, %d to members (hub client-side %d; all clients %d)",
 			w.HubToHub, w.HubToMembers, w.HubClientSide, w.ServerAllClients), w.HubToHub+w.HubToMembers == 0, "")
 	}
-	if err == nil {
+	if kf.hwm > 0 {
 		limit := 64 + 10*n
-		hwm := float64(p.HWMBytes) / (1 << 20)
+		hwm := kf.hwm
 		r.check(fmt.Sprintf("hub peak RSS ≤ 64 MiB + 10 MiB × %d = %.0f MiB", len(b.members), limit), fmt.Sprintf("%.1f MiB", hwm), hwm <= limit, "")
 	}
 	if kf.othersSlowed != nil && kf.othersUnslowed != nil && kf.othersUnslowed.Fleetdb.P99 > 0 {
@@ -689,10 +876,12 @@ func (b *bench) finalFigures() {
 			kf.othersUnslowed.Fleetdb.P99, kf.othersSlowed.Fleetdb.P99, rr), rr <= 1.1, "")
 	}
 	r.check("delete leaves nothing in any member", fmt.Sprintf("%d objects left", kf.leftovers), kf.leftovers == 0, "")
-	b.audit.mu.Lock()
-	r.Agents = map[string]int{}
-	for ua, c := range b.audit.agents {
-		r.Agents[ua] = c
+	if b.audit != nil {
+		b.audit.mu.Lock()
+		r.Agents = map[string]int{}
+		for ua, c := range b.audit.agents {
+			r.Agents[ua] = c
+		}
+		b.audit.mu.Unlock()
 	}
-	b.audit.mu.Unlock()
 }

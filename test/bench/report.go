@@ -15,14 +15,16 @@ import (
 
 // Report is the JSON the benchmark writes (and the table it prints).
 type Report struct {
-	Started   time.Time      `json:"started"`
-	Finished  time.Time      `json:"finished"`
-	Config    ReportConfig   `json:"config"`
-	Machine   Machine        `json:"machine"`
-	Source    string         `json:"source"`
-	Latencies []*Latency     `json:"latencies"`
-	Scalars   []*Scalar      `json:"scalars"`
-	Writes    []*WritePhase  `json:"writes"`
+	Started   time.Time     `json:"started"`
+	Finished  time.Time     `json:"finished"`
+	Config    ReportConfig  `json:"config"`
+	Machine   Machine       `json:"machine"`
+	Source    string        `json:"source"`
+	Latencies []*Latency    `json:"latencies"`
+	Scalars   []*Scalar     `json:"scalars"`
+	Writes    []*WritePhase `json:"writes"`
+	// HubPhases are the latency fleet's phases: the hub's metrics only (no audit log there).
+	HubPhases []*WritePhase  `json:"hubPhasesLatencyFleet,omitempty"`
 	Checks    []*Check       `json:"checks"`
 	Agents    map[string]int `json:"auditUserAgents,omitempty"`
 	Notes     []string       `json:"notes,omitempty"`
@@ -41,6 +43,7 @@ type ReportConfig struct {
 	Replicas       int32  `json:"replicas"`
 	SlowDelay      string `json:"slowDelay"`
 	HubArgs        string `json:"hubArgs,omitempty"`
+	WriteSamples   int    `json:"writeSamples"`
 }
 
 // Machine describes where the run happened.
@@ -52,14 +55,22 @@ type Machine struct {
 	LoadAvg1           []float64 `json:"loadAvg1MinMeanMax"`
 }
 
-// Latency is a fleetdb latency beside its direct-apply floor.
+// Latency is a fleetdb latency beside its direct-apply floor: Floor is the
+// minimal floor (the workload object only, every member in parallel) and the
+// ratios are to it; the other floors are shown beside it.
 type Latency struct {
 	Name     string  `json:"name"`
 	Fleetdb  Dist    `json:"fleetdb"`
 	Floor    *Dist   `json:"floor,omitempty"`
 	RatioP50 float64 `json:"ratioP50,omitempty"`
 	RatioP99 float64 `json:"ratioP99,omitempty"`
-	Note     string  `json:"note,omitempty"`
+	// FloorParallel: every object of a member at once.
+	FloorParallel *Dist `json:"floorParallel,omitempty"`
+	// FloorSequential: every object of a member one after the other (the floor before issue 13).
+	FloorSequential *Dist   `json:"floorSequential,omitempty"`
+	RatioSeqP50     float64 `json:"ratioSequentialP50,omitempty"`
+	RatioSeqP99     float64 `json:"ratioSequentialP99,omitempty"`
+	Note            string  `json:"note,omitempty"`
 }
 
 // Scalar is a single figure (a wall time, a count, a size).
@@ -69,7 +80,9 @@ type Scalar struct {
 	Value float64  `json:"value"`
 	Floor *float64 `json:"floor,omitempty"`
 	Ratio float64  `json:"ratio,omitempty"`
-	Note  string   `json:"note,omitempty"`
+	// FloorSequential is the sequential floor (the floor before issue 13), when measured.
+	FloorSequential *float64 `json:"floorSequential,omitempty"`
+	Note            string   `json:"note,omitempty"`
 }
 
 // WritePhase counts API write requests during one phase, from the audit logs.
@@ -92,7 +105,9 @@ type WritePhase struct {
 	// apiserver_request_total (all clients, write verbs) summed over the fleet.
 	ServerAllClients int     `json:"apiserverRequestTotalWrites,omitempty"`
 	HubCPUSeconds    float64 `json:"hubCPUSeconds"`
-	Seconds          float64 `json:"seconds"`
+	// Derived figures of the phase (status patches per Database, deletes per object).
+	Derived map[string]float64 `json:"derived,omitempty"`
+	Seconds float64            `json:"seconds"`
 }
 
 // Check is one target of the issue or SPEC 8, with its verdict.
@@ -111,6 +126,20 @@ func (r *Report) latency(name string, fleetdb []time.Duration, floor []time.Dura
 		l.RatioP50, l.RatioP99 = ratio(l.Fleetdb.P50, d.P50), ratio(l.Fleetdb.P99, d.P99)
 	}
 	r.Latencies = append(r.Latencies, l)
+	return l
+}
+
+// floors adds the parallel and sequential floors to l (either may be nil).
+func (l *Latency) floors(parallel, sequential []time.Duration) *Latency {
+	if parallel != nil {
+		d := newDist(parallel)
+		l.FloorParallel = &d
+	}
+	if sequential != nil {
+		d := newDist(sequential)
+		l.FloorSequential = &d
+		l.RatioSeqP50, l.RatioSeqP99 = ratio(l.Fleetdb.P50, d.P50), ratio(l.Fleetdb.P99, d.P99)
+	}
 	return l
 }
 
@@ -166,27 +195,40 @@ func (r *Report) print(w io.Writer) {
 	fmt.Fprintf(w, "source: %s\n", r.Source)
 	fmt.Fprintln(w, "\nLatencies (ms)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "measure\tn\tP50\tP90\tP99\tmax\tfloor P50\tfloor P90\tfloor P99\tP50 ratio\tP99 ratio\t")
+	fmt.Fprintln(tw, "measure\tn\tP50\tP90\tP99\tmax\tfloor P50\tfloor P90\tfloor P99\tP50 ratio\tP99 ratio\tparallel floor P50/P99\tsequential floor P50/P99\tratio to sequential P50/P99\t")
 	for _, l := range r.Latencies {
 		fl := []string{"–", "–", "–"}
 		if l.Floor != nil {
 			fl = []string{ms(l.Floor.P50), ms(l.Floor.P90), ms(l.Floor.P99)}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", l.Name, l.Fleetdb.N,
+		pair := func(d *Dist) string {
+			if d == nil {
+				return "–"
+			}
+			return ms(d.P50) + " / " + ms(d.P99)
+		}
+		seqRatio := "–"
+		if l.FloorSequential != nil {
+			seqRatio = ratioStr(l.RatioSeqP50) + " / " + ratioStr(l.RatioSeqP99)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", l.Name, l.Fleetdb.N,
 			ms(l.Fleetdb.P50), ms(l.Fleetdb.P90), ms(l.Fleetdb.P99), ms(l.Fleetdb.Max), fl[0], fl[1], fl[2],
-			ratioStr(l.RatioP50), ratioStr(l.RatioP99))
+			ratioStr(l.RatioP50), ratioStr(l.RatioP99), pair(l.FloorParallel), pair(l.FloorSequential), seqRatio)
 	}
 	_ = tw.Flush()
 
 	fmt.Fprintln(w, "\nWall times, costs and sizes")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "measure\tvalue\tunit\tfloor\tratio\t")
+	fmt.Fprintln(tw, "measure\tvalue\tunit\tfloor\tratio\tsequential floor\t")
 	for _, s := range r.Scalars {
-		f := "–"
+		f, seq := "–", "–"
 		if s.Floor != nil {
 			f = fmt.Sprintf("%.1f", *s.Floor)
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%s\t%s\t\n", s.Name, s.Value, s.Unit, f, ratioStr(s.Ratio))
+		if s.FloorSequential != nil {
+			seq = fmt.Sprintf("%.1f", *s.FloorSequential)
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%s\t%s\t%s\t\n", s.Name, s.Value, s.Unit, f, ratioStr(s.Ratio), seq)
 	}
 	_ = tw.Flush()
 
@@ -204,9 +246,17 @@ func (r *Report) print(w io.Writer) {
 		}
 	}
 	for _, p := range r.Writes {
+		if len(p.Derived) > 0 {
+			fmt.Fprintf(w, "  derived in %s: %s\n", p.Phase, sortedPairs(p.Derived, "%s=%g"))
+		}
+	}
+	for _, p := range r.Writes {
 		if len(p.HubMetrics) > 0 {
 			fmt.Fprintf(w, "  hub metrics in %s: %s\n", p.Phase, sortedPairs(p.HubMetrics, "%s=%g"))
 		}
+	}
+	for _, p := range r.HubPhases {
+		fmt.Fprintf(w, "  latency fleet, hub metrics in %s (CPU %.2f s, %d writes): %s\n", p.Phase, p.HubCPUSeconds, p.HubClientSide, sortedPairs(p.HubMetrics, "%s=%g"))
 	}
 
 	fmt.Fprintln(w, "\nTargets")

@@ -52,6 +52,7 @@ type env struct {
 	hub     client.Client
 	proxies map[string]*fleet.Proxy
 	writes  *fleet.WriteCounter
+	reads   *readLog
 	sim     *simulator
 	ctx     context.Context
 	// stopHub stops the hub's manager (once).
@@ -74,7 +75,7 @@ type envOptions struct {
 func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(logWriter{})))
 	f := fleet.Start(t, fleet.Options{Members: members, WithoutCNPG: opts.withoutCNPG})
-	e := &env{t: t, fleet: f, hub: f.Hub.Client, proxies: map[string]*fleet.Proxy{}, writes: &fleet.WriteCounter{}, ctx: fleet.Context(t)}
+	e := &env{t: t, fleet: f, hub: f.Hub.Client, proxies: map[string]*fleet.Proxy{}, writes: &fleet.WriteCounter{}, reads: &readLog{}, ctx: fleet.Context(t)}
 	g := NewWithT(t)
 	g.Expect(e.hub.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hubNS}})).To(Succeed())
 	for _, m := range f.Members {
@@ -117,7 +118,9 @@ func (e *env) startHub(opts envOptions) {
 			ProbeTimeout:       time.Second,
 			FailureGracePeriod: 1500 * time.Millisecond,
 			ConnectTimeout:     10 * time.Second,
-			WrapTransport:      e.writes.Wrap,
+			WrapTransport: func(target string, rt http.RoundTripper) http.RoundTripper {
+				return e.writes.Wrap(target, e.reads.wrap(target, rt))
+			},
 		},
 		MetricsAddr: opts.metricsAddr,
 		Logger:      hubLogger(opts.logs),
