@@ -197,7 +197,7 @@ func (g *grower) changes(ctx context.Context, rest scale.Rest) (*scale.Change, e
 		names = append(names, name)
 		direct := func() error {
 			t0 := time.Now()
-			if err := b.directApply(ctx, name, m, replicas, 1); err != nil {
+			if err := b.directApply(ctx, floorMinimal, name, m, replicas, 1); err != nil {
 				return err
 			}
 			if err := waitFor(ctx, oneTimeout, "direct "+name, func() bool { return b.readyAll(nsDirect, name, m, replicas) }); err != nil {
@@ -220,7 +220,14 @@ func (g *grower) changes(ctx context.Context, rest scale.Rest) (*scale.Change, e
 			fProp = append(fProp, b.since(nsFleet, name, m, t0, seenAt)...)
 			return nil
 		}
-		if err := alternate(i, direct, fleet); err != nil {
+		first, second := direct, fleet // fleetdb and the floor take turns going first
+		if i%2 == 1 {
+			first, second = fleet, direct
+		}
+		if err := first(); err != nil {
+			return nil, err
+		}
+		if err := second(); err != nil {
 			return nil, err
 		}
 	}
@@ -255,7 +262,7 @@ func (g *grower) removeSamples(ctx context.Context, names []string) error {
 		if err := b.driver.Delete(ctx, db); err != nil {
 			return err
 		}
-		if err := b.directDelete(ctx, name, []string{g.member(g.n + i)}); err != nil {
+		if err := b.directDelete(ctx, floorMinimal, name, []string{g.member(g.n + i)}); err != nil {
 			return err
 		}
 		left[name] = true
