@@ -140,19 +140,7 @@ func (b *bench) run(ctx context.Context) error {
 	}
 
 	// The latency fleet: no audit log on any API server.
-	if err := b.upFleet(ctx, false); err != nil {
-		return err
-	}
-	if err := b.startHubAndMembers(ctx); err != nil {
-		return err
-	}
-	if err := b.warmUp(ctx); err != nil {
-		return err
-	}
-	if err := b.oneAtATime(ctx); err != nil {
-		return err
-	}
-	if err := b.burstPhase(ctx); err != nil {
+	if err := b.fleetPhases(ctx, false); err != nil {
 		return err
 	}
 	if !cfg.skipIsolation {
@@ -166,19 +154,7 @@ func (b *bench) run(ctx context.Context) error {
 		logf("latency phases done: taking the fleet down for the write-count fleet (audit on)")
 		b.downFleet()
 		b.counting = true
-		if err := b.upFleet(ctx, true); err != nil {
-			return err
-		}
-		if err := b.startHubAndMembers(ctx); err != nil {
-			return err
-		}
-		if err := b.warmUp(ctx); err != nil {
-			return err
-		}
-		if err := b.oneAtATime(ctx); err != nil {
-			return err
-		}
-		if err := b.burstPhase(ctx); err != nil {
+		if err := b.fleetPhases(ctx, true); err != nil {
 			return err
 		}
 	}
@@ -261,6 +237,24 @@ func deadKwok(dir string, members []string, prefix string) []string {
 		}
 	}
 	return dead
+}
+
+// fleetPhases brings a fleet up (audit logs on or off), starts the hub and
+// the members, warms up and runs the one-at-a-time and burst phases on it.
+func (b *bench) fleetPhases(ctx context.Context, audit bool) error {
+	if err := b.upFleet(ctx, audit); err != nil {
+		return err
+	}
+	if err := b.startHubAndMembers(ctx); err != nil {
+		return err
+	}
+	if err := b.warmUp(ctx); err != nil {
+		return err
+	}
+	if err := b.oneAtATime(ctx); err != nil {
+		return err
+	}
+	return b.burstPhase(ctx)
 }
 
 // clients builds the bench's clients of the hub and the members.
