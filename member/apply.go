@@ -287,12 +287,17 @@ func parallel(fns []func() error) error {
 // same rendered object, the live object unchanged since (its generation, or
 // its resourceVersion for kinds without one), and fleetdb's labels and
 // annotations still in place (metadata edits do not bump the generation).
+// What memo does not know (a restarted hub) is up to date when the live
+// object holds what an apply would send, see seed.
 func (it *item) upToDate(memo *Memo) bool {
 	if it.live == nil {
 		return false
 	}
 	e, ok := memo.get(it.key)
-	if !ok || e.hash != it.hash || e.version != liveVersion(it.live) {
+	if !ok {
+		return it.seed(memo)
+	}
+	if e.hash != it.hash || e.version != liveVersion(it.live) {
 		return false
 	}
 	return hasAll(it.live.GetLabels(), it.desired.GetLabels()) &&
@@ -302,7 +307,7 @@ func (it *item) upToDate(memo *Memo) bool {
 // apply sends the object and remembers the answer. It reports whether the
 // write put back something that had been deleted or changed by someone else.
 func (it *item) apply(ctx context.Context, c client.Client, memo *Memo) (restored bool, err error) {
-	u, err := ApplyBody(it.desired, it.live)
+	u, err := it.body()
 	if err != nil {
 		return false, fmt.Errorf("applying %s: %w", ref(it.desired), err)
 	}
@@ -314,7 +319,8 @@ func (it *item) apply(ctx context.Context, c client.Client, memo *Memo) (restore
 	prev, known := memo.get(it.key)
 	switch {
 	case !known:
-		// First creation, or the first pass after a hub restart: nothing to report.
+		// First creation, or the first pass after a hub restart that found
+		// the object not as last applied: nothing to report.
 	case it.live == nil:
 		restored = true
 	default:
@@ -326,7 +332,7 @@ func (it *item) apply(ctx context.Context, c client.Client, memo *Memo) (restore
 		hash:            it.hash,
 		version:         liveVersion(u),
 		resourceVersion: rv,
-		database:        it.desired.GetLabels()[fleetv1alpha1.LabelDatabaseNamespace] + "/" + it.desired.GetLabels()[fleetv1alpha1.LabelDatabaseName],
+		database:        it.database(),
 	})
 	return restored, nil
 }
