@@ -39,6 +39,11 @@ func testDriftAfterRestart(t *testing.T, ctx context.Context, e *env) {
 	g.Expect(e.admin.Get(ctx, key("it-restart", "orders-config"), cm)).To(Succeed())
 	delete(cm.Data, "postgresql.conf")
 	g.Expect(e.admin.Update(ctx, cm, client.FieldOwner("someone"))).To(Succeed())
+	// ... changes the password in the Secret ...
+	secret := &corev1.Secret{}
+	g.Expect(e.admin.Get(ctx, key("it-restart", "orders-credentials"), secret)).To(Succeed())
+	secret.Data[member.CredentialsPasswordKey] = []byte("not-the-password")
+	g.Expect(e.admin.Update(ctx, secret, client.FieldOwner("someone"))).To(Succeed())
 	// ... deletes the PodDisruptionBudget ...
 	g.Expect(e.admin.Delete(ctx, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "it-restart", Name: "orders"}})).To(Succeed())
 	// ... and drops the applied hash from the headless Service (as an object
@@ -57,8 +62,11 @@ func testDriftAfterRestart(t *testing.T, ctx context.Context, e *env) {
 		"ConfigMap/it-restart/orders-config",
 		"PodDisruptionBudget/it-restart/orders",
 		"Service/it-restart/orders-hl",
-	), "the Secret alone holds what fleetdb applied")
-	g.Expect(e.writes.Take()).To(HaveLen(5))
+		"Secret/it-restart/orders-credentials",
+	))
+	g.Expect(e.writes.Take()).To(HaveLen(6))
+	g.Expect(e.admin.Get(ctx, key("it-restart", "orders-credentials"), secret)).To(Succeed())
+	g.Expect(secret.Data).To(Equal(testCredentials()))
 
 	g.Expect(e.admin.Get(ctx, key("it-restart", "orders"), sts)).To(Succeed())
 	g.Expect(*sts.Spec.Replicas).To(Equal(int32(3)))

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"maps"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 )
@@ -15,7 +17,7 @@ import (
 // would send, and if so remembers it as applied: no write is sent for it.
 //
 // The live object (a fresh read, or the member cache) must carry the applied
-// hash of the same rendering (AnnotationAppliedHash) and hold every value of
+// hash of the same rendering (AnnotationAppliedHash, see appliedHash) and hold every value of
 // the apply body, fleetdb's labels and annotations included (traceparent
 // aside). Comparing the body to the live content, rather than trusting the
 // managedFields of other managers, also catches a field someone removed
@@ -25,7 +27,11 @@ import (
 // The hash says fleetdb's last apply rendered exactly this: an apply would
 // drop no field that an older rendering set.
 func (it *item) seed(memo *Memo) bool {
-	if memo == nil || it.live == nil || it.live.GetAnnotations()[fleetv1alpha1.AnnotationAppliedHash] != it.hash {
+	if memo == nil || it.live == nil {
+		return false
+	}
+	h, err := appliedHash(it.desired)
+	if err != nil || it.live.GetAnnotations()[fleetv1alpha1.AnnotationAppliedHash] != h {
 		return false
 	}
 	if !it.liveHoldsBody() {
@@ -67,9 +73,32 @@ func (it *item) liveHoldsBody() bool {
 	return holds(got, want)
 }
 
+// appliedHash is the AnnotationAppliedHash of a rendered object: its
+// objectHash, with the values of a Secret's data left out (its keys kept), so
+// that no hash of a password is shown where Secret data is not (describe,
+// metadata-only reads). seed compares those values one by one.
+func appliedHash(obj client.Object) (string, error) {
+	s, ok := obj.(*corev1.Secret)
+	if !ok {
+		return objectHash(obj)
+	}
+	s = s.DeepCopy()
+	for k := range s.Data {
+		s.Data[k] = nil
+	}
+	for k := range s.StringData {
+		s.StringData[k] = ""
+	}
+	return objectHash(s)
+}
+
 // body is the server-side apply body Apply sends for the item, with the
 // applied hash recorded.
 func (it *item) body() (*unstructured.Unstructured, error) {
+	h, err := appliedHash(it.desired)
+	if err != nil {
+		return nil, err
+	}
 	u, err := ApplyBody(it.desired, it.live)
 	if err != nil {
 		return nil, err
@@ -78,7 +107,7 @@ func (it *item) body() (*unstructured.Unstructured, error) {
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	annotations[fleetv1alpha1.AnnotationAppliedHash] = it.hash
+	annotations[fleetv1alpha1.AnnotationAppliedHash] = h
 	u.SetAnnotations(annotations)
 	return u, nil
 }
