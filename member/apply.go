@@ -46,7 +46,8 @@ type ApplyResult struct {
 	Applied []string
 	// Restored are objects that were missing or had been changed by someone
 	// else and were put back. Only what memo remembers applying counts: a
-	// first creation (or the first pass after a hub restart) is no restore.
+	// first creation (or a write in the first pass after a hub restart) is no
+	// restore.
 	Restored []string
 	// Pruned are fleetdb objects of the Database that are no longer rendered
 	// (e.g. the PodDisruptionBudget after a scale-down to one replica) and were deleted.
@@ -67,7 +68,10 @@ type ApplyResult struct {
 //   - Every other object is written with server-side apply under
 //     fleetv1alpha1.FieldManager, forcing ownership, all at once, unless memo shows that
 //     the member holds exactly what was last applied (see Memo), in which case
-//     nothing is sent. A new traceparent alone is no reason to write.
+//     nothing is sent. A new traceparent alone is no reason to write. Every
+//     object records the hash of its rendering (AnnotationAppliedHash), so a
+//     memo without an entry (a restarted hub) sends nothing for an object that
+//     carries the same hash and holds every value the apply would send.
 //   - The volumeClaimTemplates of an existing StatefulSet are immutable: when
 //     the rendered ones differ (a storage change, an adopted StatefulSet),
 //     the live ones are kept. So is the spec.bootstrap of an existing
