@@ -46,7 +46,8 @@ type ApplyResult struct {
 	Applied []string
 	// Restored are objects that were missing or had been changed by someone
 	// else and were put back. Only what memo remembers applying counts: a
-	// first creation (or the first pass after a hub restart) is no restore.
+	// first creation (or a write in the first pass after a hub restart) is no
+	// restore.
 	Restored []string
 	// Pruned are fleetdb objects of the Database that are no longer rendered
 	// (e.g. the PodDisruptionBudget after a scale-down to one replica) and were deleted.
@@ -67,7 +68,10 @@ type ApplyResult struct {
 //   - Every other object is written with server-side apply under
 //     fleetv1alpha1.FieldManager, forcing ownership, all at once, unless memo shows that
 //     the member holds exactly what was last applied (see Memo), in which case
-//     nothing is sent. A new traceparent alone is no reason to write.
+//     nothing is sent. A new traceparent alone is no reason to write. Every
+//     object records the hash of its rendering (AnnotationAppliedHash), so a
+//     memo without an entry (a restarted hub) sends nothing for an object that
+//     carries the same hash and holds every value the apply would send.
 //   - The volumeClaimTemplates of an existing StatefulSet are immutable: when
 //     the rendered ones differ (a storage change, an adopted StatefulSet),
 //     the live ones are kept. So is the spec.bootstrap of an existing
@@ -332,12 +336,17 @@ func parallel(fns []func() error) error {
 // same rendered object, the live object unchanged since (its generation, or
 // its resourceVersion for kinds without one), and fleetdb's labels and
 // annotations still in place (metadata edits do not bump the generation).
+// What memo does not know (a restarted hub) is up to date when the live
+// object holds what an apply would send, see seed.
 func (it *item) upToDate(memo *Memo) bool {
 	if it.live == nil {
 		return false
 	}
 	e, ok := memo.get(it.key)
-	if !ok || e.hash != it.hash || e.version != liveVersion(it.live) {
+	if !ok {
+		return it.seed(memo)
+	}
+	if e.hash != it.hash || e.version != liveVersion(it.live) {
 		return false
 	}
 	return hasAll(it.live.GetLabels(), it.desired.GetLabels()) &&
@@ -347,7 +356,7 @@ func (it *item) upToDate(memo *Memo) bool {
 // apply sends the object and remembers the answer. It reports whether the
 // write put back something that had been deleted or changed by someone else.
 func (it *item) apply(ctx context.Context, c client.Client, memo *Memo) (restored bool, err error) {
-	u, err := ApplyBody(it.desired, it.live)
+	u, err := it.body()
 	if err != nil {
 		return false, fmt.Errorf("applying %s: %w", ref(it.desired), err)
 	}
@@ -359,7 +368,8 @@ func (it *item) apply(ctx context.Context, c client.Client, memo *Memo) (restore
 	prev, known := memo.get(it.key)
 	switch {
 	case !known:
-		// First creation, or the first pass after a hub restart: nothing to report.
+		// First creation, or the first pass after a hub restart that found
+		// the object not as last applied: nothing to report.
 	case it.live == nil:
 		restored = true
 	default:
@@ -371,7 +381,7 @@ func (it *item) apply(ctx context.Context, c client.Client, memo *Memo) (restore
 		hash:            it.hash,
 		version:         liveVersion(u),
 		resourceVersion: rv,
-		database:        it.desired.GetLabels()[fleetv1alpha1.LabelDatabaseNamespace] + "/" + it.desired.GetLabels()[fleetv1alpha1.LabelDatabaseName],
+		database:        it.database(),
 	})
 	return restored, nil
 }

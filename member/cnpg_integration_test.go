@@ -111,6 +111,13 @@ func testCNPGApply(t *testing.T, ctx context.Context, c client.Client) {
 	// Applied again: nothing is written.
 	again := cnpgApply(t, ctx, c, db, memo)
 	g.Expect(again.Applied).To(BeEmpty())
+
+	// A restarted hub (empty memo, new trace) writes nothing either.
+	rv := getCluster(t, ctx, c, "cnpg-apply").GetResourceVersion()
+	res, err := member.Apply(ctx, "cnpg", c, c, renderFor(t, db, "00-77777777777777777777777777777777-8888888888888888-01"), member.NewMemo())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Applied).To(BeEmpty())
+	g.Expect(getCluster(t, ctx, c, "cnpg-apply").GetResourceVersion()).To(Equal(rv))
 }
 
 func testCNPGDrift(t *testing.T, ctx context.Context, c client.Client) {
@@ -125,6 +132,15 @@ func testCNPGDrift(t *testing.T, ctx context.Context, c client.Client) {
 	res := cnpgApply(t, ctx, c, db, memo)
 	g.Expect(res.Restored).To(Equal([]string{"Cluster/cnpg-drift/orders"}))
 	instances, _, _ := unstructured.NestedInt64(getCluster(t, ctx, c, "cnpg-drift").Object, "spec", "instances")
+	g.Expect(instances).To(BeEquivalentTo(3))
+
+	// Drift while the hub was down is put back by the restarted hub.
+	u = getCluster(t, ctx, c, "cnpg-drift")
+	g.Expect(unstructured.SetNestedField(u.Object, int64(1), "spec", "instances")).To(Succeed())
+	g.Expect(c.Update(ctx, u, client.FieldOwner("someone"))).To(Succeed())
+	res = cnpgApply(t, ctx, c, db, member.NewMemo())
+	g.Expect(res.Applied).To(Equal([]string{"Cluster/cnpg-drift/orders"}))
+	instances, _, _ = unstructured.NestedInt64(getCluster(t, ctx, c, "cnpg-drift").Object, "spec", "instances")
 	g.Expect(instances).To(BeEquivalentTo(3))
 }
 

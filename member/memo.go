@@ -15,8 +15,10 @@ import (
 // holds exactly that: a steady fleet makes zero write requests.
 //
 // One Memo serves a whole hub process; its keys include the cluster name.
-// It is safe for concurrent use. An empty Memo (after a hub restart) costs one
-// no-op apply per object.
+// It is safe for concurrent use. An empty Memo (after a hub restart, or a
+// Forget) costs no write either: Apply fills it from the live objects that
+// carry the applied hash of the same rendering and hold every value an apply
+// would send (see item.seed); the others are applied.
 type Memo struct {
 	mu      sync.Mutex
 	entries map[memoKey]memoEntry

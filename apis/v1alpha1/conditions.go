@@ -41,6 +41,11 @@ const (
 	AnnotationGeneration = "fleetdb.io/generation"
 	// AnnotationTraceparent records the W3C traceparent of the change that last wrote a member object.
 	AnnotationTraceparent = "fleetdb.io/traceparent"
+	// AnnotationAppliedHash records, on every member object fleetdb applies,
+	// the hash of the rendered object it applied (traceparent left out): a
+	// restarted hub that renders the same hash, and finds the object holding
+	// what it would apply, sends nothing for it.
+	AnnotationAppliedHash = "fleetdb.io/applied-hash"
 	// AnnotationConfigHash is set on a member StatefulSet's pod template to a hash
 	// of the rendered engine configuration, so that a configuration change rolls
 	// the pods (and nothing else does).

@@ -39,6 +39,7 @@ func TestHub(t *testing.T) {
 	t.Run("protected namespaces are refused", func(t *testing.T) { testProtected(t, e) })
 	t.Run("a Database deleted and created again under its name runs again", func(t *testing.T) { testRecreate(t, e) })
 	t.Run("a fleet at rest makes no writes", func(t *testing.T) { testAtRest(t, e) })
+	t.Run("a restarted hub writes only what changed to the members", func(t *testing.T) { testRestartWrites(t, e) })
 	t.Run("a change writes what it changes, once", func(t *testing.T) { testChangeCost(t, e) })
 	t.Run("delete removes everything per deletionPolicy", func(t *testing.T) { testDelete(t, e) })
 	t.Run("a bad kubeconfig does not disturb the fleet", func(t *testing.T) { testBadMember(t, e) })
