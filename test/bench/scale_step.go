@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -195,6 +196,11 @@ func (g *grower) changes(ctx context.Context, rest scale.Rest) (*scale.Change, e
 		g.sample++
 		m := []string{g.member(g.n + i)}
 		names = append(names, name)
+		// The minimal floor applies the Cluster only: its Namespace is made
+		// beforehand, outside the timing, as the bench's warm-up does.
+		if err := g.directNamespace(ctx, m[0]); err != nil {
+			return nil, err
+		}
 		direct := func() error {
 			t0 := time.Now()
 			if err := b.directApply(ctx, floorMinimal, name, m, replicas, 1); err != nil {
@@ -468,5 +474,14 @@ func (g *grower) restartCosts(ctx context.Context, before writeCounts, r *scale.
 	}
 	logf("scale: back in sync %.1f s after the start (metrics up at %.1f s); writes to hub %d, to members %d (%d of %d member objects changed); %d not Ready, %d Ready flips",
 		r.SyncSeconds, r.MetricsUpSeconds, r.AuditWritesToHub, r.AuditWritesToMembers, r.MemberObjectsChanged, r.MemberObjects, r.NotReadyAfter, r.ReadyFlips)
+	return nil
+}
+
+// directNamespace makes sure the floor's namespace exists in member m.
+func (g *grower) directNamespace(ctx context.Context, m string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsDirect}}
+	if err := g.b.direct[m].Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("%s: creating namespace %s: %w", m, nsDirect, err)
+	}
 	return nil
 }
