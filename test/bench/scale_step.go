@@ -206,10 +206,11 @@ func (g *grower) changes(ctx context.Context, rest scale.Rest) (*scale.Change, e
 			if err := b.directApply(ctx, floorMinimal, name, m, replicas, 1); err != nil {
 				return err
 			}
-			if err := waitFor(ctx, oneTimeout, "direct "+name, func() bool { return b.readyAll(nsDirect, name, m, replicas) }); err != nil {
+			dn := floorName(name, floorMinimal)
+			if err := waitFor(ctx, oneTimeout, "direct "+dn, func() bool { return b.readyAll(nsDirect, dn, m, replicas) }); err != nil {
 				return err
 			}
-			dProp = append(dProp, b.since(nsDirect, name, m, t0, seenAt)...)
+			dProp = append(dProp, b.since(nsDirect, dn, m, t0, seenAt)...)
 			return nil
 		}
 		fleet := func() error {
