@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -713,9 +714,22 @@ func KubectlWaitSpec(ctx context.Context, in KubectlWaitInput) {
 }
 
 func kubectl(ctx context.Context, f *Fleet, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, f.Kubectl, append([]string{"--kubeconfig", f.Hub.Kubeconfig}, args...)...)
+	// A discovery cache of this process only: kubectl's default one
+	// (~/.kube/cache, 6 h) is keyed by host:port, and kwokctl reuses ports, so
+	// a member of an earlier fleet (with CloudNativePG's databases.postgresql.cnpg.io)
+	// on the hub's port would make "database/x" name the wrong kind.
+	cacheDir, err := kubectlCacheDir()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, f.Kubectl, append([]string{"--kubeconfig", f.Hub.Kubeconfig, "--cache-dir", cacheDir}, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	err = cmd.Run()
 	return out.String(), err
 }
+
+// kubectlCacheDir is the discovery cache of this test process's kubectl calls.
+var kubectlCacheDir = sync.OnceValues(func() (string, error) {
+	return os.MkdirTemp("", "fleetdb-e2e-kubectl-cache-")
+})
