@@ -55,7 +55,7 @@ func TestHubBase(t *testing.T) {
 		for _, crd := range all[*apiextensionsv1.CustomResourceDefinition](objs) {
 			crds = append(crds, crd.Name)
 		}
-		g.Expect(crds).To(ConsistOf("databasebackups.fleetdb.io", "databases.fleetdb.io", "memberclusters.fleetdb.io"))
+		g.Expect(crds).To(ConsistOf("databasebackups.fleetdb.io", "databaseplacements.fleetdb.io", "databases.fleetdb.io", "memberclusters.fleetdb.io"))
 		mustFind[*corev1.Namespace](t, objs, "", hubNamespace)
 		for _, o := range objs {
 			switch o.(type) {
@@ -277,15 +277,22 @@ func TestRBACBase(t *testing.T) {
 // generatedClusterRole is deploy/rbac/role.yaml as controller-gen wrote it.
 func generatedClusterRole(t *testing.T) *rbacv1.ClusterRole {
 	t.Helper()
-	docs := splitYAML(readFile(t, "deploy/rbac/role.yaml"))
-	if len(docs) != 1 {
-		t.Fatalf("deploy/rbac/role.yaml: want one ClusterRole, got %d documents", len(docs))
+	var roles []*rbacv1.ClusterRole
+	for _, doc := range splitYAML(readFile(t, "deploy/rbac/role.yaml")) {
+		switch o := decodeStrict(t, "deploy/rbac/role.yaml", doc).(type) {
+		case *rbacv1.ClusterRole:
+			roles = append(roles, o)
+		case *rbacv1.Role:
+			// The namespaced Role of the hub namespace (the sharded hub's
+			// DatabasePlacements), generated from the same markers.
+		default:
+			t.Fatalf("deploy/rbac/role.yaml holds a %T: want the generated ClusterRole and Roles only", o)
+		}
 	}
-	role, ok := decodeStrict(t, "deploy/rbac/role.yaml", docs[0]).(*rbacv1.ClusterRole)
-	if !ok {
-		t.Fatal("deploy/rbac/role.yaml is not a ClusterRole")
+	if len(roles) != 1 {
+		t.Fatalf("deploy/rbac/role.yaml: want one ClusterRole, got %d", len(roles))
 	}
-	return role
+	return roles[0]
 }
 
 // hubFlags are the flags hub/cmd/fleetdb-hub defines.
