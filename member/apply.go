@@ -346,8 +346,13 @@ func (it *item) upToDate(memo *Memo) bool {
 	if !ok {
 		return it.seed(memo)
 	}
-	if e.hash != it.hash || e.version != liveVersion(it.live) {
+	if e.hash != it.hash {
 		return false
+	}
+	if e.version != liveVersion(it.live) {
+		// A cache that has not seen the last write yet is no drift: writing
+		// again would be a no-op write.
+		return e.behind(it.live)
 	}
 	return hasAll(it.live.GetLabels(), it.desired.GetLabels()) &&
 		hasAll(it.live.GetAnnotations(), withoutTraceparent(it.desired.GetAnnotations()))
@@ -382,6 +387,8 @@ func (it *item) apply(ctx context.Context, c client.Client, memo *Memo) (restore
 		version:         liveVersion(u),
 		resourceVersion: rv,
 		database:        it.database(),
+		uid:             u.GetUID(),
+		generation:      u.GetGeneration(),
 	})
 	return restored, nil
 }

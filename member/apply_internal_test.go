@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 )
@@ -115,4 +116,34 @@ func TestMemoForget(t *testing.T) {
 	var nilMemo *Memo
 	_, ok = nilMemo.get(memoKey{})
 	g.Expect(ok).To(BeFalse(), "a nil Memo remembers nothing")
+}
+
+// TestUpToDateCacheBehindOwnWrite: a cache that has not seen fleetdb's last
+// write yet (same object, older generation) is no reason to write again; a
+// newer generation (someone's change), another object of the same name, or a
+// new rendering is.
+func TestUpToDateCacheBehindOwnWrite(t *testing.T) {
+	g := NewWithT(t)
+	desired := internalObjects(t, "")[0]
+	desired.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("StatefulSet"))
+	hash, err := objectHash(desired)
+	g.Expect(err).NotTo(HaveOccurred())
+	key := memoKey{cluster: "m1", gvk: desired.GroupVersionKind(), namespace: desired.Namespace, name: desired.Name}
+	m := NewMemo()
+	m.put(key, memoEntry{hash: hash, version: "g5", resourceVersion: "50", uid: "u1", generation: 5, database: "team-a/orders"})
+
+	live := func(uid string, generation int64) *item {
+		l := desired.DeepCopy()
+		l.UID, l.Generation, l.ResourceVersion = types.UID(uid), generation, "40"
+		return &item{desired: desired, gvk: key.gvk, key: key, hash: hash, live: l}
+	}
+	g.Expect(live("u1", 5).upToDate(m)).To(BeTrue(), "the live object is the write")
+	g.Expect(live("u1", 4).upToDate(m)).To(BeTrue(), "the cache has not seen the write yet")
+	g.Expect(live("u1", 6).upToDate(m)).To(BeFalse(), "someone changed the spec after the write")
+	g.Expect(live("u2", 4).upToDate(m)).To(BeFalse(), "another object of the same name")
+	g.Expect(live("u1", 0).upToDate(m)).To(BeFalse(), "no generation: nothing to order by")
+
+	newRendering := live("u1", 4)
+	newRendering.hash = "other"
+	g.Expect(newRendering.upToDate(m)).To(BeFalse(), "a new rendering is written")
 }

@@ -53,6 +53,21 @@ type memoEntry struct {
 	resourceVersion string
 	// database is "namespace/name" of the hub Database the object belongs to.
 	database string
+	// uid and generation of the object as the apply returned it (generation
+	// 0 for kinds without one), to tell a cache that has not seen this write
+	// yet from a change by someone else; see behind.
+	uid        types.UID
+	generation int64
+}
+
+// behind reports whether live is an older state of the object e remembers
+// writing: same object (UID), lower generation. Generations only grow, so a
+// live object behind the write comes from a cache that has not seen it yet,
+// not from someone else's change (that would carry a higher generation); its
+// watch event brings the written state, or the next change, for another look.
+func (e memoEntry) behind(live metav1.Object) bool {
+	g := live.GetGeneration()
+	return e.uid != "" && live.GetUID() == e.uid && g > 0 && g < e.generation
 }
 
 // NewMemo returns an empty Memo.

@@ -42,6 +42,8 @@ func (it *item) seed(memo *Memo) bool {
 		version:         liveVersion(it.live),
 		resourceVersion: it.live.GetResourceVersion(),
 		database:        it.database(),
+		uid:             it.live.GetUID(),
+		generation:      it.live.GetGeneration(),
 	})
 	return true
 }
