@@ -54,11 +54,14 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 		return fmt.Errorf("member sweep controller: %w", err)
 	}
 	// A sharded hub runs no backup controller: it writes to members from
-	// the leader, whichever replica owns them (docs/sharding.md).
-	if !opts.Sharding {
-		if err := w.backupController(); err != nil {
-			return fmt.Errorf("database backup controller: %w", err)
-		}
+	// the leader, whichever replica owns them (docs/sharding.md). Its
+	// DatabaseBackups say so in their status.
+	backups := w.backupController
+	if opts.Sharding {
+		backups = w.shardedBackupController
+	}
+	if err := backups(); err != nil {
+		return fmt.Errorf("database backup controller: %w", err)
 	}
 	telemetry.FleetGauges.Use(&fleetSource{hub: local.GetClient(), state: w.state, provider: provider})
 	return nil

@@ -346,6 +346,10 @@ const (
 	ReasonDatabaseDeleting = "DatabaseDeleting"
 	// ReasonNoMembers: none of the members to back up is placed.
 	ReasonNoMembers = "NoMembers"
+	// ReasonShardedHub: the hub runs with --sharding, which does not take
+	// DatabaseBackups (docs/sharding.md); a hub without it takes the backup
+	// up from where it stands.
+	ReasonShardedHub = "ShardedHub"
 
 	// Restore reasons (spec.restoreFrom; condition Restored and the
 	// reason of a member's status.clusters entry).

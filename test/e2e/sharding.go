@@ -90,6 +90,7 @@ func ShardingSpec(ctx context.Context, in ShardingInput) {
 	for _, db := range dbs {
 		WaitForDatabaseReady(ctx, WaitForDatabaseReadyInput{T: t, Fleet: f, Key: client.ObjectKeyFromObject(db), Members: members, Replicas: 1})
 	}
+	expectShardedBackupRefused(ctx, t, f, dbs[0])
 	// At rest: no placement written in a quiet window.
 	time.Sleep(3 * time.Second)
 	quiet := time.Now()
