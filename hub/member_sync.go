@@ -87,14 +87,30 @@ func (r *memberSyncReconciler) syncPlan(ctx context.Context, cluster string, key
 	if role == roleNone {
 		return syncOutcome{}
 	}
+	caller := ctx
 	ctx, tel := r.startSync(ctx, cluster, key, p, role)
 	ctx, cancel := context.WithTimeout(ctx, r.opts.MemberCallTimeout)
-	out := r.sync(ctx, cluster, key, p, role)
+	out := cutShort(caller, r.sync(ctx, cluster, key, p, role))
 	cancel()
 	if out.result != nil {
 		r.record(key, cluster, out.result)
 	}
 	tel.end(out)
+	return out
+}
+
+// cutShort drops the result of a sync its caller cancelled: the replica
+// lost the member (--sharding: another replica owns it now; shardedSync
+// cancels the sync's calls) or the hub is stopping. What such a sync saw is
+// its own cancellation ("context canceled" on its calls), not the member:
+// recorded, it marked the member Degraded in this replica's results, and on
+// the leader the Database's status (a Ready Database flapped to Degraded)
+// until the new owner's report arrived. A deadline (the member too slow) is
+// an observation and stays.
+func cutShort(caller context.Context, out syncOutcome) syncOutcome {
+	if errors.Is(caller.Err(), context.Canceled) {
+		out.result = nil
+	}
 	return out
 }
 

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -69,4 +70,29 @@ func TestPlacementReports(t *testing.T) {
 	g.Expect(got.sameAs(res)).To(BeTrue())
 	pl.Spec.Database.UID = "u2"
 	g.Expect(resultOf(pl)).To(BeNil(), "a report about an earlier incarnation")
+}
+
+// A member sync its caller cancelled (the replica lost the member: its
+// ownership context ended; or the hub stops) saw its own cancellation, not
+// the member: it records no result (it was recorded as Degraded, and the
+// leader flapped a Ready Database to Degraded when it handed a member over
+// mid-sync). A sync that ran out of time did observe a slow member: that
+// result stays.
+func TestSyncCutShort(t *testing.T) {
+	g := NewWithT(t)
+	failed := func() syncOutcome {
+		return failedOutcome(errReasonApply, context.Canceled, &memberResult{Status: fleetv1alpha1.ClusterStatus{
+			Name: "m1", Phase: fleetv1alpha1.ClusterPhaseDegraded, Message: "context canceled"}})
+	}
+	owner, lose := context.WithCancel(context.Background())
+	g.Expect(cutShort(owner, failed()).result).NotTo(BeNil(), "a sync of a member still owned records its result")
+	lose()
+	out := cutShort(owner, failed())
+	g.Expect(out.result).To(BeNil(), "a sync cut short by losing the member records nothing")
+	g.Expect(out.err).To(MatchError(context.Canceled), "the error is still returned (and counted)")
+
+	timedOut, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-timedOut.Done()
+	g.Expect(cutShort(timedOut, failed()).result).NotTo(BeNil(), "a member too slow for the sync's deadline is an observation")
 }

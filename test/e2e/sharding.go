@@ -60,6 +60,11 @@ type ShardingInput struct {
 //   - no Database's status leaves Ready for a wrong phase (Failed,
 //     Degraded, Pending) from the first Ready to the end, and every member
 //     holds exactly each Database's objects.
+//
+// It then goes on with the survivors (handover.join, handover.killLeader):
+// a fourth replica joins and takes the members rendezvous hashing gives it,
+// then the elected leader (the Database status writer) is killed with
+// SIGKILL while a Database is created and another one changed.
 func ShardingSpec(ctx context.Context, in ShardingInput) {
 	t, f := in.T, in.Fleet
 	g := NewWithT(t)
@@ -116,7 +121,6 @@ func ShardingSpec(ctx context.Context, in ShardingInput) {
 	}
 	expectExactMemberObjects(ctx, t, f, tenant, dbs)
 	firstWrites := expectShardWriters(t, f, in.AuditLog, owners, killed)
-	flaps.stop()
 	g.Expect(flaps.bad()).To(BeEmpty(), "a Database's status left Ready for a wrong phase")
 
 	var report []string
@@ -131,6 +135,14 @@ func ShardingSpec(ctx context.Context, in ShardingInput) {
 		len(members), len(in.Hubs.Names()), victim, victim == leader, len(lost), strings.Join(report, "; "))
 	t.Log(msg)
 	fmt.Fprintln(os.Stderr, msg)
+
+	// A replica joins, then the leader is killed; the phase watch goes on.
+	h := &handover{in: in, ns: ns, members: members, tenant: tenant, dbs: dbs,
+		killed: map[string]time.Time{WaitForStandbyID(ctx, t, in.Hubs.Replica(victim)): killed}}
+	h.join(ctx)
+	h.killLeader(ctx)
+	flaps.stop()
+	g.Expect(flaps.bad()).To(BeEmpty(), "a Database's status left Ready for a wrong phase")
 }
 
 // waitForShards waits until every member's fence is held by a replica of
@@ -320,15 +332,19 @@ func expectShardWriters(t testing.TB, f *Fleet, auditLog func(string) string, ow
 
 // phaseWatch records every Database's phase transitions in a namespace.
 type phaseWatch struct {
-	mu     sync.Mutex
-	last   map[string]fleetv1alpha1.Phase
-	wrong  []string
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu   sync.Mutex
+	last map[string]fleetv1alpha1.Phase
+	// readyGen is the generation each Database was last Ready on (its
+	// status's observedGeneration).
+	readyGen map[string]int64
+	wrong    []string
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 // watchPhases watches the Databases of ns from now on: a Database that was
-// Ready and then shows Failed, Degraded or Pending is a flap.
+// Ready and then shows Failed, Degraded or Pending, or leaves Ready without a
+// change of its spec, is a flap (see phaseWatch.see).
 func watchPhases(ctx context.Context, t testing.TB, f *Fleet, ns string) *phaseWatch {
 	t.Helper()
 	cfg := rest.CopyConfig(f.Hub.Config)
@@ -336,7 +352,7 @@ func watchPhases(ctx context.Context, t testing.TB, f *Fleet, ns string) *phaseW
 	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: fleet.Scheme})
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	wctx, cancel := context.WithCancel(ctx)
-	pw := &phaseWatch{last: map[string]fleetv1alpha1.Phase{}, cancel: cancel, done: make(chan struct{})}
+	pw := &phaseWatch{last: map[string]fleetv1alpha1.Phase{}, readyGen: map[string]int64{}, cancel: cancel, done: make(chan struct{})}
 	w, err := wc.Watch(wctx, &fleetv1alpha1.DatabaseList{}, client.InNamespace(ns))
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	go func() {
@@ -353,16 +369,26 @@ func watchPhases(ctx context.Context, t testing.TB, f *Fleet, ns string) *phaseW
 	return pw
 }
 
+// see records one Database as watched: once it was Ready, Failed, Degraded
+// and Pending are wrong; any other phase than Ready is wrong too unless its
+// spec changed since (a rollout is Provisioning until it is done).
 func (p *phaseWatch) see(db *fleetv1alpha1.Database) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	prev, now := p.last[db.Name], db.Status.Phase
-	if prev == fleetv1alpha1.PhaseReady && (now == fleetv1alpha1.PhaseFailed || now == fleetv1alpha1.PhaseDegraded || now == fleetv1alpha1.PhasePending) {
+	wrongPhase := now == fleetv1alpha1.PhaseFailed || now == fleetv1alpha1.PhaseDegraded || now == fleetv1alpha1.PhasePending
+	switch {
+	case prev == fleetv1alpha1.PhaseReady && wrongPhase:
 		p.wrong = append(p.wrong, fmt.Sprintf("%s: %s → %s at %s (%s)", db.Name, prev, now, time.Now().Format(time.RFC3339Nano),
 			Condition(db.Status.Conditions, fleetv1alpha1.ConditionDegraded).Message))
+	case prev == fleetv1alpha1.PhaseReady && now != prev && now != "" && db.Generation == p.readyGen[db.Name]:
+		p.wrong = append(p.wrong, fmt.Sprintf("%s: left Ready for %s on the same generation %d at %s", db.Name, now, db.Generation,
+			time.Now().Format(time.RFC3339Nano)))
 	}
-	if prev == fleetv1alpha1.PhaseReady && now != prev {
-		p.wrong = append(p.wrong, fmt.Sprintf("%s: left Ready for %s", db.Name, now))
+	if now == fleetv1alpha1.PhaseReady {
+		// The generation the status is about: a spec change alone is seen
+		// with the previous status (Ready on the previous generation).
+		p.readyGen[db.Name] = db.Status.ObservedGeneration
 	}
 	if now != "" {
 		p.last[db.Name] = now
