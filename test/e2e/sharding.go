@@ -169,11 +169,16 @@ func waitForShards(ctx context.Context, t testing.TB, f *Fleet, hubs *localfleet
 
 // ownersNow reads every member's fence Lease: member → replica name ("" when free or expired).
 func ownersNow(ctx context.Context, g Gomega, f *Fleet, ns string, members []string) map[string]string {
+	return readFences(ctx, g, f, ns, members, fenceHolder)
+}
+
+// readFences reads every member's fence Lease: member → holder(lease).
+func readFences(ctx context.Context, g Gomega, f *Fleet, ns string, members []string, holder func(*coordinationv1.Lease) string) map[string]string {
 	out := map[string]string{}
 	for _, m := range members {
 		l := &coordinationv1.Lease{}
 		g.Expect(f.Hub.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: hub.ShardFencePrefix + "-" + m}, l)).To(Succeed(), "fence of %s", m)
-		out[m] = fenceHolder(l)
+		out[m] = holder(l)
 	}
 	return out
 }
@@ -283,8 +288,7 @@ func expectShardWriters(t testing.TB, f *Fleet, auditLog func(string) string, ow
 	for _, m := range f.MemberNames() {
 		writes, err := readAuditWrites(auditLog(m))
 		g.Expect(err).NotTo(HaveOccurred())
-		type span struct{ first, last time.Time }
-		spans := map[string]map[string]*span{} // object → replica → span
+		spans := writeSpans{} // object → replica → span
 		var foreign []string
 		for _, w := range writes {
 			if !countedWrite(w) || w.Replica == "" {
@@ -299,33 +303,10 @@ func expectShardWriters(t testing.TB, f *Fleet, auditLog func(string) string, ow
 					first[m] = w.Received
 				}
 			}
-			if spans[w.Object] == nil {
-				spans[w.Object] = map[string]*span{}
-			}
-			s := spans[w.Object][r]
-			if s == nil {
-				s = &span{first: w.Received}
-				spans[w.Object][r] = s
-			}
-			s.last = w.Received
+			spans.add(w.Object, r, w.Received)
 		}
 		g.Expect(foreign).To(BeEmpty(), "%s: written before the kill by a replica other than its owner %s", m, owners[m])
-		for obj, by := range spans {
-			var rs []string
-			for r := range by {
-				rs = append(rs, r)
-			}
-			slices.Sort(rs)
-			for i := range rs {
-				for j := i + 1; j < len(rs); j++ {
-					a, b := by[rs[i]], by[rs[j]]
-					overlap := !a.last.Before(b.first) && !b.last.Before(a.first)
-					g.Expect(overlap).To(BeFalse(), "%s: %s written by %s (%s..%s) and %s (%s..%s)", m, obj,
-						rs[i], a.first.Format(time.RFC3339Nano), a.last.Format(time.RFC3339Nano),
-						rs[j], b.first.Format(time.RFC3339Nano), b.last.Format(time.RFC3339Nano))
-				}
-			}
-		}
+		spans.expectNoOverlap(g, m)
 	}
 	return first
 }
@@ -409,3 +390,42 @@ func (p *phaseWatch) bad() []string {
 // ForbiddenLines are the lines of the replicas' logs in which the hub API
 // server refused the hub's own identity (deploy/rbac lacks a permission).
 func ForbiddenLines(hubs *localfleet.HubSet) []string { return forbiddenLines(hubs) }
+
+// writeSpans are, per member object, each writer's first and last write.
+type writeSpans map[string]map[string]*span
+
+type span struct{ first, last time.Time }
+
+// add records a write of obj by writer at at.
+func (ws writeSpans) add(obj, writer string, at time.Time) {
+	if ws[obj] == nil {
+		ws[obj] = map[string]*span{}
+	}
+	s := ws[obj][writer]
+	if s == nil {
+		s = &span{first: at}
+		ws[obj][writer] = s
+	}
+	s.last = at
+}
+
+// expectNoOverlap fails when an object of cluster was written by two
+// writers at overlapping times.
+func (ws writeSpans) expectNoOverlap(g Gomega, cluster string) {
+	for obj, by := range ws {
+		var ids []string
+		for id := range by {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		for i := range ids {
+			for j := i + 1; j < len(ids); j++ {
+				a, b := by[ids[i]], by[ids[j]]
+				overlap := !a.last.Before(b.first) && !b.last.Before(a.first)
+				g.Expect(overlap).To(BeFalse(), "%s: %s written by %s (%s..%s) and %s (%s..%s)", cluster, obj,
+					ids[i], a.first.Format(time.RFC3339Nano), a.last.Format(time.RFC3339Nano),
+					ids[j], b.first.Format(time.RFC3339Nano), b.last.Format(time.RFC3339Nano))
+			}
+		}
+	}
+}

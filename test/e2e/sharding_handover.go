@@ -95,13 +95,7 @@ func liveHolder(l *coordinationv1.Lease) string {
 // fenceIDs reads every member's fence: member → holder peer ID ("" when
 // free or expired).
 func fenceIDs(ctx context.Context, g Gomega, f *Fleet, ns string, members []string) map[string]string {
-	out := map[string]string{}
-	for _, m := range members {
-		l := &coordinationv1.Lease{}
-		g.Expect(f.Hub.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: hub.ShardFencePrefix + "-" + m}, l)).To(Succeed(), "fence of %s", m)
-		out[m] = liveHolder(l)
-	}
-	return out
+	return readFences(ctx, g, f, ns, members, liveHolder)
 }
 
 // hrwOwners is the owner rendezvous hashing picks for every member among
@@ -342,8 +336,7 @@ func (h *handover) expectExclusiveWrites() {
 	for _, c := range append([]string{"hub"}, f.MemberNames()...) {
 		writes, err := readAuditWrites(h.in.AuditLog(c))
 		g.Expect(err).NotTo(HaveOccurred())
-		type span struct{ first, last time.Time }
-		spans := map[string]map[string]*span{} // object → identity → span
+		spans := writeSpans{} // object → identity → span
 		var late []string
 		for _, w := range writes {
 			if !countedWrite(w) || w.Replica == "" {
@@ -355,33 +348,10 @@ func (h *handover) expectExclusiveWrites() {
 			if c == "hub" {
 				continue
 			}
-			if spans[w.Object] == nil {
-				spans[w.Object] = map[string]*span{}
-			}
-			s := spans[w.Object][w.Replica]
-			if s == nil {
-				s = &span{first: w.Received}
-				spans[w.Object][w.Replica] = s
-			}
-			s.last = w.Received
+			spans.add(w.Object, w.Replica, w.Received)
 		}
 		g.Expect(late).To(BeEmpty(), "%s: written by a killed replica after its kill", c)
-		for obj, by := range spans {
-			var ids []string
-			for id := range by {
-				ids = append(ids, id)
-			}
-			slices.Sort(ids)
-			for i := range ids {
-				for j := i + 1; j < len(ids); j++ {
-					a, b := by[ids[i]], by[ids[j]]
-					overlap := !a.last.Before(b.first) && !b.last.Before(a.first)
-					g.Expect(overlap).To(BeFalse(), "%s: %s written by %s (%s..%s) and %s (%s..%s)", c, obj,
-						ids[i], a.first.Format(time.RFC3339Nano), a.last.Format(time.RFC3339Nano),
-						ids[j], b.first.Format(time.RFC3339Nano), b.last.Format(time.RFC3339Nano))
-				}
-			}
-		}
+		spans.expectNoOverlap(g, c)
 	}
 }
 
