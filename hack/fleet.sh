@@ -22,6 +22,9 @@
 # FLEET_KWOKCTL_ARGS (optional) are extra flags for every `kwokctl create
 # cluster`, split on spaces (the e2e suite turns kwok's node leases off so a
 # member it stops and starts has its simulated nodes managed again at once).
+# FLEET_JOIN_TIMEOUT (default 5m) is how long `kubectl fleetdb join` waits for
+# a member's kube-controller-manager to issue the hub agent's token: on a
+# loaded machine with many members (the scale bench) 2m was not always enough.
 #
 # Every member gets CloudNativePG's CRDs (the version pinned in
 # test/tools/cnpg, from the Go module cache) and kwok Stages that play the
@@ -38,6 +41,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FLEET_DIR=${FLEET_DIR:-$root/.cache/fleet}
 FLEET_MEMBERS=${FLEET_MEMBERS:-2}
 FLEET_PREFIX=${FLEET_PREFIX:-fleetdb}
+FLEET_JOIN_TIMEOUT=${FLEET_JOIN_TIMEOUT:-5m}
 export KWOK_WORKDIR="$FLEET_DIR/kwok"
 HUB_NS=fleetdb-system
 
@@ -182,7 +186,7 @@ register() {
 	"$cli" join "$c" --kubeconfig "$(kubeconfig hub)" --member-kubeconfig "$(kubeconfig "$c")" \
 		--hub-namespace "$HUB_NS" --labels "fleetdb.io/sample=true,region=region-$i,tier=prod" \
 		--all-namespaces --replication-host-template "\$(DATABASE)-rw.\$(NAMESPACE).$c.fleet.local" \
-		--wait=false >/dev/null
+		--wait=false --timeout "$FLEET_JOIN_TIMEOUT" >/dev/null
 }
 
 up() {
