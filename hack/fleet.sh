@@ -89,6 +89,41 @@ create() {
 			--kubeconfig "$kc" --wait 120s >&2
 	fi
 	"$KWOKCTL" get kubeconfig --name "$(cluster_name "$c")" >"$kc.tmp" && mv "$kc.tmp" "$kc"
+	controllers_up "$c"
+}
+
+# controllers_up waits until the cluster's kube-controller-manager runs its
+# controllers (it has published the kube-root-ca.crt ConfigMap in
+# kube-system), and starts the cluster's components again when that process
+# has exited: on a loaded machine with many clusters, kube-controller-manager
+# gives up at start when its API server is not healthy within 10 s ("failed
+# to wait for apiserver being healthy", then "leaderelection lost/stopped"),
+# kwokctl's binary runtime does not restart it, and without it no
+# ServiceAccount token is ever issued (the join waits for one).
+controllers_up() {
+	local c=$1 kc name restarts=0 deadline=$((SECONDS + 300))
+	kc=$(kubeconfig "$c")
+	name=$(cluster_name "$c")
+	while :; do
+		if pgrep -f "$KWOK_WORKDIR/clusters/$name/bin/kube-controller-manager" >/dev/null; then
+			if "$KUBECTL" --kubeconfig "$kc" -n kube-system get configmap kube-root-ca.crt >/dev/null 2>&1; then
+				return 0
+			fi
+		elif [ "$restarts" -lt 3 ]; then
+			restarts=$((restarts + 1))
+			echo "fleet: $c: kube-controller-manager exited; starting the cluster's components again ($restarts of 3)" >&2
+			"$KWOKCTL" stop cluster --name "$name" >&2 || true
+			"$KWOKCTL" start cluster --name "$name" --wait 120s >&2
+		else
+			echo "fleet: $c: kube-controller-manager exited again after 3 restarts" >&2
+			return 1
+		fi
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			echo "fleet: $c: kube-controller-manager did not start its controllers within 300s" >&2
+			return 1
+		fi
+		sleep 2
+	done
 }
 
 prepare_member() {
@@ -181,6 +216,8 @@ YAML
 # hub may not run yet, so join does not wait for the member to be Ready.
 register() {
 	local c=$1 i=$2 cli="$FLEET_DIR/bin/kubectl-fleetdb"
+	# A member created minutes ago may have lost its controller manager since.
+	controllers_up "$c"
 	# Built once per `up`, before the first member: always the checkout's CLI.
 	if [ "$i" = 1 ]; then (cd "$root" && go build -o "$cli" ./cmd/kubectl-fleetdb); fi
 	"$cli" join "$c" --kubeconfig "$(kubeconfig hub)" --member-kubeconfig "$(kubeconfig "$c")" \
