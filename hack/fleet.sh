@@ -85,6 +85,8 @@ create() {
 			--kube-controller-manager-binary="$BIN/kube-controller-manager" \
 			--kube-scheduler-binary="$BIN/kube-scheduler" --kwok-controller-binary="$BIN/kwok" \
 			--extra-args kube-controller-manager=enable-hostpath-provisioner=true \
+			--extra-args kube-controller-manager=leader-elect=false \
+			--extra-args kube-scheduler=leader-elect=false \
 			${crds[@]+"${crds[@]}"} ${audit[@]+"${audit[@]}"} ${extra[@]+"${extra[@]}"} \
 			--kubeconfig "$kc" --wait 120s >&2
 	fi
@@ -92,6 +94,10 @@ create() {
 	controllers_up "$c"
 }
 
+# Each cluster runs one controller manager and one scheduler, so neither
+# elects a leader: under load a missed Lease renewal (10 s) made them exit
+# for good (the 20-member scale fleet lost its hub's controller manager so).
+#
 # controllers_up waits until the cluster's kube-controller-manager runs its
 # controllers (it has published the kube-root-ca.crt ConfigMap in
 # kube-system), and starts the cluster's components again when that process
