@@ -21,8 +21,10 @@ import (
 // 3, 4, 8, 10, 12) on one fleet of a hub and three members; each subtest
 // uses its own namespace. The fairness subtest hangs members and runs last.
 func TestSafety(t *testing.T) {
-	e := startEnvWith(t, envOptions{}, "s1", "s2", "s3")
-	for _, m := range []string{"s1", "s2", "s3"} {
+	// s4 is registered by the subtests under names of their own (a second
+	// registration of s1-s3 would be refused as DuplicateCluster).
+	e := startEnvWith(t, envOptions{unregistered: []string{"s4"}, withoutCNPG: []string{"s4"}}, "s1", "s2", "s3", "s4")
+	for _, m := range []string{"s1", "s2", "s3", "s4"} {
 		e.sim.enable(m, true)
 	}
 	t.Run("credentials are recovered from any member that holds them", func(t *testing.T) { testCredentialsAnyMember(t, e) })
@@ -321,7 +323,7 @@ func testPVCAfterStatefulSet(t *testing.T, e *env) {
 func testMemberRemoved(t *testing.T, e *env) {
 	g := NewWithT(t)
 	ns := e.namespace("removed")
-	kc, err := fleetKubeconfigVia(e, "s3")
+	kc, err := fleetKubeconfigVia(e, "s4")
 	g.Expect(err).NotTo(HaveOccurred())
 	e.register("s3-alias", kc, map[string]string{"alias": "yes"})
 	e.waitMemberReady("s3-alias")
@@ -338,8 +340,8 @@ func testMemberRemoved(t *testing.T, e *env) {
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	g.Eventually(e.eventSeen(ns, fleetv1alpha1.ReasonMemberRemoved, "s3-alias")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	g.Consistently(func(g Gomega) {
-		g.Expect(e.member("s3").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "stay"}, &appsv1.StatefulSet{})).To(Succeed())
-		_, err := e.secretIn("s3", ns, "stay-credentials")
+		g.Expect(e.member("s4").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "stay"}, &appsv1.StatefulSet{})).To(Succeed())
+		_, err := e.secretIn("s4", ns, "stay-credentials")
 		g.Expect(err).NotTo(HaveOccurred())
 	}).WithTimeout(3*time.Second).WithPolling(poll).Should(Succeed(), "nothing is deleted in a member that left")
 }
@@ -406,7 +408,9 @@ func fleetKubeconfigVia(e *env, member string) ([]byte, error) {
 // generation syncs it again.
 func testForbidden(t *testing.T, e *env) {
 	g := NewWithT(t)
-	cp := e.fleet.Member("s2")
+	// s4, registered under this name only (testMemberRemoved's registration
+	// of it is deleted by then).
+	cp := e.fleet.Member("s4")
 	// Reads everywhere, writes to everything but StatefulSets.
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "fleetdb-test-limited"},
