@@ -112,7 +112,7 @@ func TestMemberAgentScope(t *testing.T) {
 		"no seccomp profile": func(p *corev1.PodSpec) {
 			p.SecurityContext.SeccompProfile, p.Containers[0].SecurityContext.SeccompProfile = nil, nil
 		},
-		"a host port": func(p *corev1.PodSpec) { p.Containers[0].Ports[0].HostPort = 5432 },
+		"a host port":      func(p *corev1.PodSpec) { p.Containers[0].Ports[0].HostPort = 5432 },
 		"the host network": func(p *corev1.PodSpec) { p.HostNetwork = true },
 		"a hostPath volume": func(p *corev1.PodSpec) {
 			p.Volumes = append(p.Volumes, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
