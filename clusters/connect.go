@@ -160,8 +160,12 @@ func (p *Provider) connect(name string, r *run) {
 		attemptCancel()
 		return
 	}
+	var movedFrom string // the identity m had before, when it changed
 	if res.clusterID != "" {
-		r.clusterID = res.clusterID
+		if old := m.identity(); old != "" && old != res.clusterID {
+			movedFrom = old
+		}
+		r.clusterID, m.recordedID = res.clusterID, res.clusterID
 	}
 	// One cluster, one writer: checked again under the lock that engaging
 	// is decided under, so two registrations connecting at once cannot
@@ -202,6 +206,9 @@ func (p *Provider) connect(name string, r *run) {
 		evicted = append(evicted, evictee{name: l.name, run: l.run, cl: l.run.cl})
 	}
 	p.mu.Unlock()
+	// The kubeconfig now reaches another cluster: registrations refused
+	// for the one it reached before may be first now.
+	p.retryDuplicatesOf(movedFrom)
 	for _, l := range evicted {
 		p.disengage(l.name, l.run, l.cl, duplicateFailure(res.clusterID, name),
 			"Member cluster is registered already under an older MemberCluster; disengaged it")

@@ -19,16 +19,29 @@ import (
 // engaged already (it connected first), disengaged. A refused registration
 // retries with backoff, at once when the one in use is deleted.
 
-// registered records the MemberCluster's creationTimestamp.
-func (p *Provider) registered(name string, created time.Time) {
+// registered records the MemberCluster's creationTimestamp and the cluster
+// identity its status records.
+func (p *Provider) registered(mc *fleetv1alpha1.MemberCluster) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	m := p.members[name]
+	m := p.members[mc.Name]
 	if m == nil {
-		m = &member{name: name}
-		p.members[name] = m
+		m = &member{name: mc.Name}
+		p.members[mc.Name] = m
 	}
-	m.created = created
+	m.created = mc.CreationTimestamp.Time
+	if mc.Status.ClusterID != "" {
+		m.recordedID = mc.Status.ClusterID
+	}
+}
+
+// identity is the cluster identity of m: what its run read, else what its
+// status records.
+func (m *member) identity() string {
+	if m.run != nil && m.run.clusterID != "" {
+		return m.run.clusterID
+	}
+	return m.recordedID
 }
 
 // registeredBefore reports whether a's registration is older than b's.
@@ -39,9 +52,11 @@ func registeredBefore(a, b *member) bool {
 	return a.name < b.name
 }
 
-// sameCluster returns, of m and the members whose run read identity id, the
-// one registered first, and the engaged members other than m that lose to
-// m when m is first. p.mu must be held.
+// sameCluster returns, of m and the members with identity id (read by
+// their run, or recorded in their status by an earlier run: a registration
+// in use keeps its place across a hub restart, before it connects again),
+// the one registered first, and the engaged members other than m that lose
+// to m when m is first. p.mu must be held.
 func (p *Provider) sameCluster(m *member, id string) (first *member, engagedLosers []*member) {
 	first = m
 	if id == "" {
@@ -49,7 +64,7 @@ func (p *Provider) sameCluster(m *member, id string) (first *member, engagedLose
 	}
 	var others []*member
 	for _, o := range p.members {
-		if o == m || o.run == nil || o.run.clusterID != id {
+		if o == m || o.identity() != id {
 			continue
 		}
 		others = append(others, o)
@@ -61,7 +76,7 @@ func (p *Provider) sameCluster(m *member, id string) (first *member, engagedLose
 		return first, nil
 	}
 	for _, o := range others {
-		if o.run.cl != nil {
+		if o.run != nil && o.run.cl != nil {
 			engagedLosers = append(engagedLosers, o)
 		}
 	}
@@ -94,7 +109,7 @@ func (p *Provider) retryDuplicatesOf(id string) {
 	p.mu.Lock()
 	for _, o := range p.members {
 		r := o.run
-		if r == nil || r.clusterID != id || r.connectErr == nil || r.connectErr.reason != fleetv1alpha1.ReasonDuplicateCluster {
+		if r == nil || o.identity() != id || r.connectErr == nil || r.connectErr.reason != fleetv1alpha1.ReasonDuplicateCluster {
 			continue
 		}
 		r.attempts, r.nextAttempt = 0, time.Time{}

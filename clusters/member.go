@@ -50,6 +50,10 @@ type member struct {
 	// created is the MemberCluster's creationTimestamp: of two
 	// registrations of one cluster the older is used (sameCluster).
 	created time.Time
+	// recordedID is the cluster identity in the MemberCluster's status
+	// (a run's own reading takes precedence): after a hub restart, the
+	// registration in use is known before it connects again.
+	recordedID string
 	// hash is the sha256 of the kubeconfig bytes last acted on; "" when the
 	// Secret or its key is missing.
 	hash string

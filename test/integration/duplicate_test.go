@@ -58,4 +58,26 @@ func TestDuplicateRegistration(t *testing.T) {
 	g.Expect(e.member("d1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "orders"}, &sts)).To(Succeed())
 	g.Expect(e.writes.Total("d1-again")).To(BeZero(), "the hub wrote through the second registration of d1's cluster")
 	g.Expect(e.writes.Total("d1")).NotTo(BeZero())
+
+	// A restarted hub connects to both at once: the registration in use is
+	// known from its status before it connects, and a change of the
+	// Database is written through d1 only.
+	e.stopHub()
+	e.startHub(envOptions{withoutCNPG: []string{"d1"}})
+	db := e.getDB(ns, "orders")
+	db.Spec.Rollout.MaxUnavailable = 2 // any spec change
+	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		cur := e.getDB(ns, "orders")
+		g.Expect(clusterEntry(cur, "d1").ObservedGeneration).To(Equal(cur.Generation), "%+v", cur.Status.Clusters)
+		g.Expect(clusterEntry(cur, "d1").Phase).To(Equal(fleetv1alpha1.ClusterPhaseReady))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.writes.Total("d1-again")).To(BeZero(), "the restarted hub wrote through the second registration of d1's cluster")
+	var again fleetv1alpha1.MemberCluster
+	g.Expect(e.hub.Get(e.ctx, client.ObjectKey{Name: "d1-again"}, &again)).To(Succeed())
+	g.Expect(condition(again.Status.Conditions, fleetv1alpha1.MemberConditionReady).Reason).To(Equal(fleetv1alpha1.ReasonDuplicateCluster))
+
+	// The registration in use deleted: the other one takes over.
+	g.Expect(e.hub.Delete(e.ctx, &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: "d1"}})).To(Succeed())
+	e.waitMemberReady("d1-again")
 }
