@@ -53,6 +53,54 @@ func TestPostgresRestoreConnectionStringName(t *testing.T) {
 	}
 }
 
+// TestPostgresRestoreRunsNoMetaCommand: a backup whose globals.sql holds a
+// psql meta-command (\! runs a shell command) does not run it in the
+// restore Job; the roles of an untampered backup are restored.
+func TestPostgresRestoreRunsNoMetaCommand(t *testing.T) {
+	src := startPostgres(t)
+	src.sql(t, "postgres", `CREATE ROLE app LOGIN PASSWORD '`+appPassword+`'`)
+	src.sql(t, "postgres", `CREATE DATABASE app OWNER app`)
+	src.sql(t, "postgres", `CREATE ROLE reporting NOLOGIN`)
+	src.sql(t, "app", `SET ROLE app; CREATE TABLE items (id int); INSERT INTO items VALUES (1)`)
+	dir := onDemandBackup(t, fleetv1alpha1.EnginePostgres, fleetv1alpha1.BackendCloudNativePG, src.port)
+	newTarget := func() *pgServer {
+		dst := startPostgres(t)
+		dst.sql(t, "postgres", `CREATE ROLE app LOGIN PASSWORD '`+restoredPassword+`' CREATEROLE`)
+		dst.sql(t, "postgres", `CREATE DATABASE app OWNER app`)
+		return dst
+	}
+	c := restoreContainer(t, fleetv1alpha1.EnginePostgres, fleetv1alpha1.BackendCloudNativePG)
+
+	dst := newTarget()
+	out, msg, err := runRestore(t, c, dst.port, dir)
+	if err != nil || !strings.Contains(msg, `"phase":"Succeeded"`) {
+		t.Fatalf("the restore script failed: %v\n%s\nresult: %s", err, out, msg)
+	}
+	if got := dst.sql(t, "postgres", "SELECT count(*) FROM pg_roles WHERE rolname = 'reporting'"); got != "1" {
+		t.Fatalf("the backup's role reporting was not restored (%s)", got)
+	}
+
+	marker := filepath.Join(t.TempDir(), "ran")
+	globals := filepath.Join(dir, "globals.sql")
+	raw, err := os.ReadFile(globals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tampered := append([]byte("\\! touch "+marker+"\nSELECT 1; \\! touch "+marker+"\n"), raw...)
+	if err := os.WriteFile(globals, tampered, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rewriteManifestEntry(t, dir, "globals.sql", tampered)
+	fresh := newTarget()
+	out, msg, err = runRestore(t, c, fresh.port, dir)
+	if _, statErr := os.Stat(marker); statErr == nil {
+		t.Fatalf("the restore ran the backup's psql meta-command (%v)\n%s", err, out)
+	}
+	if err != nil || !strings.Contains(msg, `"phase":"Succeeded"`) {
+		t.Fatalf("the restore script failed: %v\n%s\nresult: %s", err, out, msg)
+	}
+}
+
 // TestMySQLBackupOptionLikeName: a database named like a mysqldump option
 // (--no-data) is dumped as a database; it does not empty the dump of
 // every other database.
