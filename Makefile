@@ -5,6 +5,7 @@ SHELL := /usr/bin/env bash
 GO ?= go
 TOOLS := $(GO) tool -modfile=tools/go.mod
 CONTROLLER_GEN := $(TOOLS) controller-gen
+CRD_REF_DOCS := $(TOOLS) crd-ref-docs
 GOLANGCI_LINT := $(TOOLS) golangci-lint
 
 .PHONY: all
@@ -15,10 +16,12 @@ toolchain: ## Build the pinned control-plane binaries (cached; prints nothing wh
 	@hack/toolchain.sh >/dev/null
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code, CRDs and RBAC from markers.
+generate: ## Regenerate deepcopy code, CRDs and RBAC from markers, and the API reference (docs/reference/api.md).
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./apis/...
 	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=deploy/crds
 	$(CONTROLLER_GEN) rbac:roleName=fleetdb-hub paths="./hub/...;./clusters/..." output:rbac:artifacts:config=deploy/rbac
+	$(CRD_REF_DOCS) --source-path=./apis/v1alpha1 --config=tools/crd-ref-docs.yaml --renderer=markdown \
+	  --output-path=docs/reference/api.md --log-level=ERROR
 
 .PHONY: build
 build: ## Build everything, and bin/kubectl-fleetdb (the kubectl plugin: put bin/ on PATH).
@@ -37,7 +40,7 @@ lint: ## Run the pinned golangci-lint.
 verify: generate ## Fail when generated files or go.mod/go.sum are not up to date.
 	$(GO) mod tidy
 	git diff --exit-code -- . ':(exclude)test/tools' || { echo "verify: the tree is not generated-clean (run make generate / go mod tidy and commit)"; exit 1; }
-	@test -z "$$(git status --porcelain --untracked-files=all -- apis deploy)" || { git status --porcelain -- apis deploy; echo "verify: untracked generated files"; exit 1; }
+	@test -z "$$(git status --porcelain --untracked-files=all -- apis deploy docs/reference)" || { git status --porcelain -- apis deploy docs/reference; echo "verify: untracked generated files"; exit 1; }
 
 .PHONY: run
 run: ## The main job: start the local fleet (hub + 2 members, no Docker) and run the hub on it.
