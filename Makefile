@@ -130,7 +130,7 @@ kind-down: ## Delete the kind clusters.
 	done
 	rm -rf $(KIND_OUT)
 
-# ---- chaos (a program, not a test: it runs its own fleet; docs/chaos.md) ----
+# ---- chaos (a program, not a test: it runs its own fleet; docs/reports/chaos.md) ----
 CHAOS_ARGS ?=
 
 .PHONY: chaos
@@ -138,7 +138,7 @@ chaos: toolchain ## Restart chaos: kill and restart the hub at random points of 
 	$(GO) build -o bin/fleetdb-chaos ./test/chaos/cmd/fleetdb-chaos
 	bin/fleetdb-chaos $(CHAOS_ARGS)
 
-# ---- benchmark (a program, not a test: it runs its own fleet; docs/benchmarks.md) ----
+# ---- benchmark (a program, not a test: it runs its own fleet; docs/reports/benchmarks.md) ----
 BENCH_ARGS ?=
 
 .PHONY: bench
@@ -149,6 +149,6 @@ bench: toolchain ## Fleet benchmark: fleetdb against a direct-apply floor on a l
 SCALE_ARGS ?=
 
 .PHONY: bench-scale
-bench-scale: toolchain ## Scale mode of the bench: a fleet per member count, grown to 100/500/1,000 Databases; JSON, then plots with scaleplot (docs/scale.md; SCALE_ARGS="-scale-members 1,5 -scale-databases 100,500").
+bench-scale: toolchain ## Scale mode of the bench: a fleet per member count, grown to 100/500/1,000 Databases; JSON, then plots with scaleplot (docs/reports/scale.md; SCALE_ARGS="-scale-members 1,5 -scale-databases 100,500").
 	$(GO) build -o bin/fleetdb-bench ./test/bench
 	bin/fleetdb-bench -scale $(SCALE_ARGS)
