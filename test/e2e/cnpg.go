@@ -69,8 +69,8 @@ type CNPGInput struct {
 }
 
 // CNPGOverrideSpec creates a 3-instance Database on the CloudNativePG
-// backend everywhere (the README's sample: READY n/n, 3 instances per
-// member), then scales one member to 1 instance with an override: that
+// backend everywhere (the sample of docs/local-fleet.md: READY n/n, 3 instances
+// per member), then scales one member to 1 instance with an override: that
 // member's Cluster follows, the others keep 3, and the hub is Ready again.
 func CNPGOverrideSpec(ctx context.Context, in CNPGInput) {
 	t, f := in.T, in.Fleet
