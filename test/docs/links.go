@@ -128,9 +128,9 @@ var (
 	// [text](target "title") and ![alt](target); text may hold one level
 	// of brackets (an image inside a link).
 	inlineLink = regexp.MustCompile(`!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*(<[^>]*>|[^\s()]*(?:\([^\s()]*\)[^\s()]*)*)(?:\s+(?:"[^"]*"|'[^']*'))?\s*\)`)
-	// [label]: target
+	// Reference definitions: [label]: target.
 	refDef = regexp.MustCompile(`^ {0,3}\[[^\]]+\]:\s*(<[^>]*>|\S+)`)
-	// <a href="..."> and <img src="...">
+	// HTML links: <a href="..."> and <img src="...">.
 	htmlLink  = regexp.MustCompile(`(?i)<(?:a|img)\s[^>]*?(?:href|src)\s*=\s*"([^"]*)"`)
 	fenceOpen = regexp.MustCompile("^ {0,3}(```+|~~~+)")
 )
