@@ -194,3 +194,22 @@ func walkMarkdown(t *testing.T, root string) []string {
 	}
 	return files
 }
+
+// TestREADMEFitsOnAFewScreens keeps the README short, with the two commands
+// on its first screen; everything else belongs on a page under docs/.
+func TestREADMEFitsOnAFewScreens(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 150 {
+		t.Errorf("README.md has %d lines, want at most 150: move the detail to a page under docs/", len(lines))
+	}
+	first := strings.Join(lines[:min(40, len(lines))], "\n")
+	for _, cmd := range []string{"`make run`", "`make test`"} {
+		if !strings.Contains(first, cmd) {
+			t.Errorf("README.md does not name %s in its first 40 lines", cmd)
+		}
+	}
+}
