@@ -73,7 +73,7 @@ KIND_MEMBERS := member-1 member-2
 KIND_MEMBER_LABELS := fleetdb.io/sample=true,fleetdb.io/fleet=kind
 
 .PHONY: kind-up
-kind-up: ## Create the kind hub and members, install the CRDs on the hub, the CloudNativePG operator (test/tools/cnpg's version) in the members, and join the members.
+kind-up: ## Create the kind hub and members, install the CRDs on the hub, the CloudNativePG operator (the release pinned in test/tools/cnpg/go.mod, its manifest from the module) in the members, and join the members.
 	@mkdir -p $(KIND_OUT)
 	for c in hub $(KIND_MEMBERS); do \
 	  name=$$(sed -n 's/^name: *//p' kind-configs/$$c.yaml); \
@@ -87,7 +87,7 @@ kind-up: ## Create the kind hub and members, install the CRDs on the hub, the Cl
 	$(KUBECTL) --kubeconfig $(KIND_OUT)/hub.kubeconfig wait --for=condition=Established --timeout=60s \
 	  crd/databases.fleetdb.io crd/memberclusters.fleetdb.io
 	$(GO) build -o bin/kubectl-fleetdb ./cmd/kubectl-fleetdb
-	KUBECTL=$(KUBECTL) hack/cnpg.sh operator >$(KIND_OUT)/cnpg-operator.yaml
+	hack/cnpg.sh operator >$(KIND_OUT)/cnpg-operator.yaml
 	for m in $(KIND_MEMBERS); do \
 	  $(KUBECTL) --kubeconfig $(KIND_OUT)/$$m.kubeconfig apply --server-side --force-conflicts -f $(KIND_OUT)/cnpg-operator.yaml >/dev/null && \
 	  $(KUBECTL) --kubeconfig $(KIND_OUT)/$$m.kubeconfig -n cnpg-system rollout status deployment/cnpg-controller-manager --timeout=300s || exit 1; \

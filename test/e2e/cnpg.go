@@ -48,7 +48,9 @@ func ExpectMemberCluster(ctx context.Context, in ExpectMemberWorkloadInput) {
 		g.Expect(primary).NotTo(BeEmpty())
 		if in.Version != "" {
 			image, _, _ := unstructured.NestedString(u.Object, "spec", "imageName")
-			g.Expect(image).To(HaveSuffix(":" + in.Version))
+			tag, ok := member.CNPGImageTag(in.Version)
+			g.Expect(ok).To(BeTrue(), "a pinned image for postgres %s", in.Version)
+			g.Expect(image).To(HaveSuffix(":" + tag))
 		}
 		g.Expect(c.Get(ctx, key, &corev1.Service{})).To(Succeed(), "client Service")
 		s := &corev1.Secret{}
