@@ -5,6 +5,7 @@ SHELL := /usr/bin/env bash
 GO ?= go
 TOOLS := $(GO) tool -modfile=tools/go.mod
 CONTROLLER_GEN := $(TOOLS) controller-gen
+CRD_REF_DOCS := $(TOOLS) crd-ref-docs
 GOLANGCI_LINT := $(TOOLS) golangci-lint
 
 .PHONY: all
@@ -15,10 +16,12 @@ toolchain: ## Build the pinned control-plane binaries (cached; prints nothing wh
 	@hack/toolchain.sh >/dev/null
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code, CRDs and RBAC from markers.
+generate: ## Regenerate deepcopy code, CRDs and RBAC from markers, and the API reference (docs/reference/api.md).
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./apis/...
 	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=deploy/crds
 	$(CONTROLLER_GEN) rbac:roleName=fleetdb-hub paths="./hub/...;./clusters/..." output:rbac:artifacts:config=deploy/rbac
+	$(CRD_REF_DOCS) --source-path=./apis/v1alpha1 --config=tools/crd-ref-docs.yaml --renderer=markdown \
+	  --output-path=docs/reference/api.md --log-level=ERROR
 
 .PHONY: build
 build: ## Build everything, and bin/kubectl-fleetdb (the kubectl plugin: put bin/ on PATH).
@@ -37,7 +40,7 @@ lint: ## Run the pinned golangci-lint.
 verify: generate ## Fail when generated files or go.mod/go.sum are not up to date.
 	$(GO) mod tidy
 	git diff --exit-code -- . ':(exclude)test/tools' || { echo "verify: the tree is not generated-clean (run make generate / go mod tidy and commit)"; exit 1; }
-	@test -z "$$(git status --porcelain --untracked-files=all -- apis deploy)" || { git status --porcelain -- apis deploy; echo "verify: untracked generated files"; exit 1; }
+	@test -z "$$(git status --porcelain --untracked-files=all -- apis deploy docs/reference)" || { git status --porcelain -- apis deploy docs/reference; echo "verify: untracked generated files"; exit 1; }
 
 .PHONY: run
 run: ## The main job: start the local fleet (hub + 2 members, no Docker) and run the hub on it.
@@ -70,7 +73,7 @@ KIND_MEMBERS := member-1 member-2
 KIND_MEMBER_LABELS := fleetdb.io/sample=true,fleetdb.io/fleet=kind
 
 .PHONY: kind-up
-kind-up: ## Create the kind hub and members, install the CRDs on the hub, the CloudNativePG operator (test/tools/cnpg's version) in the members, and join the members.
+kind-up: ## Create the kind hub and members, install the CRDs on the hub, the CloudNativePG operator (the release pinned in test/tools/cnpg/go.mod, its manifest from the module) in the members, and join the members.
 	@mkdir -p $(KIND_OUT)
 	for c in hub $(KIND_MEMBERS); do \
 	  name=$$(sed -n 's/^name: *//p' kind-configs/$$c.yaml); \
@@ -84,7 +87,7 @@ kind-up: ## Create the kind hub and members, install the CRDs on the hub, the Cl
 	$(KUBECTL) --kubeconfig $(KIND_OUT)/hub.kubeconfig wait --for=condition=Established --timeout=60s \
 	  crd/databases.fleetdb.io crd/memberclusters.fleetdb.io
 	$(GO) build -o bin/kubectl-fleetdb ./cmd/kubectl-fleetdb
-	KUBECTL=$(KUBECTL) hack/cnpg.sh operator >$(KIND_OUT)/cnpg-operator.yaml
+	hack/cnpg.sh operator >$(KIND_OUT)/cnpg-operator.yaml
 	for m in $(KIND_MEMBERS); do \
 	  $(KUBECTL) --kubeconfig $(KIND_OUT)/$$m.kubeconfig apply --server-side --force-conflicts -f $(KIND_OUT)/cnpg-operator.yaml >/dev/null && \
 	  $(KUBECTL) --kubeconfig $(KIND_OUT)/$$m.kubeconfig -n cnpg-system rollout status deployment/cnpg-controller-manager --timeout=300s || exit 1; \
@@ -127,7 +130,7 @@ kind-down: ## Delete the kind clusters.
 	done
 	rm -rf $(KIND_OUT)
 
-# ---- chaos (a program, not a test: it runs its own fleet; docs/chaos.md) ----
+# ---- chaos (a program, not a test: it runs its own fleet; docs/reports/chaos.md) ----
 CHAOS_ARGS ?=
 
 .PHONY: chaos
@@ -135,7 +138,7 @@ chaos: toolchain ## Restart chaos: kill and restart the hub at random points of 
 	$(GO) build -o bin/fleetdb-chaos ./test/chaos/cmd/fleetdb-chaos
 	bin/fleetdb-chaos $(CHAOS_ARGS)
 
-# ---- benchmark (a program, not a test: it runs its own fleet; docs/benchmarks.md) ----
+# ---- benchmark (a program, not a test: it runs its own fleet; docs/reports/benchmarks.md) ----
 BENCH_ARGS ?=
 
 .PHONY: bench
@@ -146,6 +149,6 @@ bench: toolchain ## Fleet benchmark: fleetdb against a direct-apply floor on a l
 SCALE_ARGS ?=
 
 .PHONY: bench-scale
-bench-scale: toolchain ## Scale mode of the bench: a fleet per member count, grown to 100/500/1,000 Databases; JSON, then plots with scaleplot (docs/scale.md; SCALE_ARGS="-scale-members 1,5 -scale-databases 100,500").
+bench-scale: toolchain ## Scale mode of the bench: a fleet per member count, grown to 100/500/1,000 Databases; JSON, then plots with scaleplot (docs/reports/scale.md; SCALE_ARGS="-scale-members 1,5 -scale-databases 100,500").
 	$(GO) build -o bin/fleetdb-bench ./test/bench
 	bin/fleetdb-bench -scale $(SCALE_ARGS)

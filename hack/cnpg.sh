@@ -2,50 +2,37 @@
 # CloudNativePG, pinned in test/tools/cnpg/go.mod and taken from the Go module
 # cache (no other download):
 #
-#   hack/cnpg.sh dir        print the module's folder (CRDs in config/crd/bases)
-#   hack/cnpg.sh operator   print the operator's manifest for that version: the
-#                           module's config/default (CRDs, RBAC, webhooks, the
-#                           controller in cnpg-system) built with kustomize, the
-#                           image set to the release's (the module ships release
-#                           manifests only up to 1.23 under releases/)
-#
-# KUBECTL (default kubectl) runs `kubectl kustomize`.
+#   hack/cnpg.sh dir        print the folder of the pinned release's CRDs
+#                           (the module's config/crd/bases)
+#   hack/cnpg.sh version    print the pinned release (e.g. v1.30.0)
+#   hack/cnpg.sh operator   print the operator's release manifest of that
+#                           version (CRDs, RBAC, webhooks, the controller in
+#                           cnpg-system), as the module ships it in releases/
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 module=github.com/cloudnative-pg/cloudnative-pg
 
-dir() {
+moddir() {
 	(cd "$root/test/tools/cnpg" && GOFLAGS=-mod=mod go mod download -json "$module") |
 		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
 }
 
+version() { awk -v m="$module" '$1=="require" && $2==m {print $3}' "$root/test/tools/cnpg/go.mod"; }
+
 operator() {
-	local src version
-	src=$(dir)
-	version=$(awk -v m="$module" '$1=="require" && $2==m {print $3}' "$root/test/tools/cnpg/go.mod")
-	tmp=$(mktemp -d)
-	trap 'rm -rf "$tmp"' EXIT
-	# kustomize reads bases inside the kustomization's root only: copy the tree.
-	cp -r "$src/config" "$tmp/config"
-	chmod -R u+w "$tmp"
-	cat >"$tmp/kustomization.yaml" <<YAML
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-- config/default
-images:
-- name: controller
-  newName: ghcr.io/cloudnative-pg/cloudnative-pg
-  newTag: "${version#v}"
-YAML
-	"${KUBECTL:-kubectl}" kustomize "$tmp"
+	local v manifest
+	v=$(version)
+	manifest="$(moddir)/releases/cnpg-${v#v}.yaml"
+	[ -f "$manifest" ] || { echo "cnpg: $manifest is not in the module" >&2; exit 1; }
+	cat "$manifest"
 }
 
 case "${1:-}" in
-dir) dir ;;
+dir) echo "$(moddir)/config/crd/bases" ;;
+version) version ;;
 operator) operator ;;
 *)
-	echo "usage: $0 dir|operator" >&2
+	echo "usage: $0 dir|version|operator" >&2
 	exit 2
 	;;
 esac

@@ -27,7 +27,7 @@
 # loaded machine with many members (the scale bench) 2m was not always enough.
 #
 # Every member gets CloudNativePG's CRDs (the version pinned in
-# test/tools/cnpg, from the Go module cache) and kwok Stages that play the
+# test/tools/cnpg/go.mod, from the module cache) and kwok Stages that play the
 # CloudNativePG operator (hack/kwok/cnpg-stages.yaml): a Cluster reports
 # healthy with all its instances ready. Members run kwok with
 # --enable-crds=Stage, so the Stages are applied after the CRDs (a Stage
@@ -157,14 +157,22 @@ YAML
 cnpg() {
 	local c=$1 kc cnpgdir kwokdir heartbeat=heartbeat-with-lease/node-heartbeat-with-lease.yaml
 	kc=$(kubeconfig "$c")
-	cnpgdir=$(moddir cnpg github.com/cloudnative-pg/cloudnative-pg)
+	cnpgdir=$(moddir cnpg github.com/cloudnative-pg/cloudnative-pg)/config/crd/bases
 	kwokdir=$(moddir kwok sigs.k8s.io/kwok)/kustomize/stage
 	case " ${FLEET_KWOKCTL_ARGS:-} " in
 	*" --node-lease-duration-seconds=0 "*) heartbeat=heartbeat/node-heartbeat.yaml ;;
 	esac
 	# Server-side: the Cluster CRD is too large for client-side apply's annotation.
-	"$KUBECTL" --kubeconfig "$kc" apply --server-side --force-conflicts -f "$cnpgdir/config/crd/bases" >/dev/null
-	"$KUBECTL" --kubeconfig "$kc" wait --for=condition=Established crd/clusters.postgresql.cnpg.io --timeout=60s >/dev/null
+	"$KUBECTL" --kubeconfig "$kc" apply --server-side --force-conflicts -f "$cnpgdir" >/dev/null
+	# kubectl wait fails at once on a CRD that has no status conditions yet: try again.
+	local i
+	for i in $(seq 1 30); do
+		"$KUBECTL" --kubeconfig "$kc" wait --for=condition=Established crd/clusters.postgresql.cnpg.io --timeout=60s >/dev/null 2>&1 && break
+		[ "$i" -lt 30 ] || { echo "fleet: the CloudNativePG CRDs are not established in $c" >&2; return 1; }
+		sleep 1
+	done
+	# CloudNativePG's webhook rules on the fields fleetdb writes, as an admission policy (no operator runs).
+	"$KUBECTL" --kubeconfig "$kc" apply --server-side --force-conflicts -f "$root/hack/kwok/cnpg-webhook-policy.yaml" >/dev/null
 	"$KUBECTL" --kubeconfig "$kc" apply \
 		-f "$kwokdir/node/fast/node-initialize.yaml" -f "$kwokdir/node/$heartbeat" \
 		-f "$kwokdir/pod/fast/pod-ready.yaml" -f "$kwokdir/pod/fast/pod-complete.yaml" -f "$kwokdir/pod/fast/pod-delete.yaml" \

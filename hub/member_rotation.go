@@ -45,6 +45,9 @@ type memberRotation struct {
 	// cnpg: the CloudNativePG backend, where writing the pending password
 	// into the member Secret is the switch (CloudNativePG alters the role).
 	cnpg bool
+	// cnpgWaiting: the member Secret has the pending password and
+	// CloudNativePG's Cluster does not report that Secret version yet.
+	cnpgWaiting bool
 	// secret is the member's credentials Secret as cached (nil: none).
 	secret *corev1.Secret
 	// jobs are the member's rotation Jobs of the token, by attempt.
@@ -57,7 +60,9 @@ type memberRotation struct {
 // gets member.SwitchedCredentials. On the CloudNativePG backend there is no
 // Job: the member gets member.SwitchedCredentials at once, and CloudNativePG
 // changes the role's password on the Cluster's primary when its Secret
-// (bootstrap.initdb.secret) changes.
+// (bootstrap.initdb.secret, labelled cnpg.io/reload) changes; the member
+// counts as switched once the Cluster reports that Secret's version
+// (member.CNPGTookCredentials), not when the Secret was written.
 func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database, p *plan) (*memberRotation, error) {
 	mr := &memberRotation{
 		token:   string(p.credentials[member.CredentialsRotationTokenKey]),
@@ -79,6 +84,15 @@ func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Cli
 		mr.cnpg = true
 		mr.creds = member.SwitchedCredentials(p.credentials)
 		mr.switched = mr.secret != nil && bytes.Equal(mr.secret.Data[member.CredentialsPasswordKey], mr.pending)
+		if mr.switched {
+			// The password is in the Secret; it is in PostgreSQL once
+			// CloudNativePG took that version of the Secret.
+			taken, err := member.CNPGTookCredentials(ctx, live, db, mr.secret)
+			if err != nil {
+				return nil, err
+			}
+			mr.switched, mr.cnpgWaiting = taken, !taken
+		}
 		return mr, nil
 	}
 	jobs, err := rotationJobs(ctx, live, db, mr.token, r.opts.HubID)
@@ -111,9 +125,14 @@ func (r *memberSyncReconciler) finishRotation(ctx context.Context, c client.Clie
 	if len(mr.pending) == 0 {
 		return rotationReport{Current: current}, 0, nil
 	}
-	rep := rotationReport{Token: mr.token, Current: current, Switched: mr.switched || (mr.cnpg && applied)}
+	rep := rotationReport{Token: mr.token, Current: current, Switched: mr.switched}
 	if rep.Switched {
 		return rep, 0, nil
+	}
+	if mr.cnpg && (applied || mr.cnpgWaiting) {
+		// CloudNativePG's status is not watched: look again.
+		rep.Waiting = "waiting for CloudNativePG to take the new credentials Secret (the Cluster's status.secretsResourceVersion)"
+		return rep, rotationJobPoll, nil
 	}
 	if mr.cnpg {
 		rep.Waiting = "waiting for the rollout to put the new password into the credentials Secret (CloudNativePG changes the role's password from it)"

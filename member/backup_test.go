@@ -84,7 +84,7 @@ func TestBackupJobCloudNativePGUsesTheOperandImage(t *testing.T) {
 	job, err := member.BackupJob(backupParams(db))
 	g.Expect(err).NotTo(HaveOccurred())
 	c := job.Spec.Template.Spec.Containers[0]
-	g.Expect(c.Image).To(Equal("ghcr.io/cloudnative-pg/postgresql:16"))
+	g.Expect(c.Image).To(Equal("ghcr.io/cloudnative-pg/postgresql:16.4-system-trixie"))
 	g.Expect(envSources(c)).To(HaveKeyWithValue("DB_HOST", "orders"))
 	g.Expect(envSources(c)).To(HaveKeyWithValue("PGPASSWORD", "orders-credentials/password"))
 }

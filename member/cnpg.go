@@ -17,11 +17,20 @@ import (
 
 // DefaultCNPGImageRepository is where CloudNativePG's postgres operand images
 // come from when Params.ImageRepository is empty; the image is
-// "<repository>/postgresql:<major version>".
+// "<repository>/postgresql:<CNPGImageTag>".
 const DefaultCNPGImageRepository = "ghcr.io/cloudnative-pg"
 
 // CloudNativePG's labels and annotations that fleetdb reads or writes.
 const (
+	// CNPGReloadLabel on a Secret makes CloudNativePG reconcile the Clusters
+	// that use it when it changes. Without it CloudNativePG watches only the
+	// Secrets a Cluster owns (isUsefulClusterSecret and hasReloadLabelSet in
+	// internal/controller/cluster_predicates.go, v1.30.0; the key is
+	// utils.WatchedLabelName, pkg/utils/labels_annotations.go): a new
+	// password in fleetdb's credentials Secret, or a renewed certificate,
+	// would reach PostgreSQL only at some unrelated reconcile. Only the key
+	// is read.
+	CNPGReloadLabel = "cnpg.io/reload"
 	// cnpgClusterLabel names the Cluster on its pods and volume claims.
 	cnpgClusterLabel = "cnpg.io/cluster"
 	// cnpgInstanceRoleLabel is "primary" on the primary's pod.
@@ -29,7 +38,8 @@ const (
 	// cnpgHibernationAnnotation set to "on" makes CloudNativePG stop every
 	// instance and keep the volume claims.
 	cnpgHibernationAnnotation = "cnpg.io/hibernation"
-	// cnpgHibernationCondition is True once every instance has stopped.
+	// cnpgHibernationCondition is True with reason Hibernated once every
+	// instance has stopped (see hibernationStarted for the other reasons).
 	cnpgHibernationCondition = "cnpg.io/hibernation"
 	// cnpgHealthyPhase is status.phase of a healthy Cluster.
 	cnpgHealthyPhase = "Cluster in healthy state"
@@ -55,9 +65,15 @@ func (r renderer) renderCNPG() []client.Object {
 	return append(objs, r.primaryService(), r.cnpgCluster())
 }
 
+// basicAuthSecret is the credentials Secret, labelled cnpg.io/reload so
+// that CloudNativePG reconciles the Cluster when it changes (a rotation).
 func (r renderer) basicAuthSecret() *corev1.Secret {
 	s := r.secret()
 	s.Type = corev1.SecretTypeBasicAuth
+	if s.Labels == nil {
+		s.Labels = map[string]string{}
+	}
+	s.Labels[CNPGReloadLabel] = "true"
 	return s
 }
 
@@ -69,14 +85,55 @@ func (r renderer) primaryService() *corev1.Service {
 	)
 }
 
-// cnpgImage is CloudNativePG's operand image for the major version.
+// cnpgImageVariant is the suffix of CloudNativePG's operand image tags
+// that its own default uses: "system" images (PostgreSQL with the barman
+// cloud tools) on Debian trixie (versions.DefaultImageName
+// "ghcr.io/cloudnative-pg/postgresql:18.4-system-trixie" in
+// pkg/versions/versions.go, v1.30.0).
+const cnpgImageVariant = "-system-trixie"
+
+// cnpgMinorOf is the PostgreSQL minor release fleetdb runs for a major
+// version given alone ("17"): the newest one CloudNativePG v1.30.0 tests
+// with (.github/pg_versions.json at that tag). "ghcr.io/cloudnative-pg/
+// postgresql:<major>" is a rolling tag CloudNativePG no longer builds; a
+// full tag does not move under a running Cluster (a moved tag would roll
+// every instance at its next restart).
+var cnpgMinorOf = map[string]string{
+	"18": "18.4",
+	"17": "17.10",
+	"16": "16.14",
+	"15": "15.18",
+	"14": "14.23",
+}
+
+// CNPGImageTag is the operand image tag for a Database's postgres version:
+// "<major>.<minor>-system-trixie", the minor taken from spec.version when
+// it has one, else the pinned minor of the major. ok is false for a major
+// alone that fleetdb has no pinned minor for (spec.version must then name
+// the minor).
+func CNPGImageTag(version string) (tag string, ok bool) {
+	if !strings.Contains(version, ".") {
+		if version, ok = cnpgMinorOf[version]; !ok {
+			return "", false
+		}
+	}
+	return version + cnpgImageVariant, true
+}
+
+// cnpgImage is CloudNativePG's operand image for the Database's version
+// ("" when CNPGImageTag has none): "<repository>/postgresql:<tag>", the
+// repository DefaultCNPGImageRepository or Params.ImageRepository (a
+// platform team's mirror, which must carry the same tags).
 func (r renderer) cnpgImage() string {
+	tag, ok := CNPGImageTag(r.db.EffectiveVersion())
+	if !ok {
+		return ""
+	}
 	repo := strings.TrimSuffix(r.p.ImageRepository, "/")
 	if repo == "" {
 		repo = DefaultCNPGImageRepository
 	}
-	major, _, _ := strings.Cut(r.db.EffectiveVersion(), ".")
-	return repo + "/postgresql:" + major
+	return repo + "/postgresql:" + tag
 }
 
 // cnpgCluster is the CloudNativePG Cluster with only the fields fleetdb sets.
@@ -131,15 +188,43 @@ func (r renderer) cnpgResources() map[string]any {
 
 // cnpgStatus is the part of a CloudNativePG Cluster's status fleetdb reads.
 type cnpgStatus struct {
-	phase          string
-	instances      int64
-	readyInstances int64
-	currentPrimary string
+	phase string
+	// instances is spec.instances; reportedInstances status.instances.
+	instances, reportedInstances int64
+	readyInstances               int64
+	currentPrimary               string
+	// specImage is spec.imageName, image status.image: the image
+	// CloudNativePG took from the spec for the instances.
+	specImage, image string
 	// ready is the Ready condition's status ("" without one), readyMessage its message.
 	ready, readyMessage string
-	// readyGeneration is the Ready condition's observedGeneration (0 when unset).
-	readyGeneration int64
-	hibernated      bool
+	// hibernated: the cnpg.io/hibernation condition is True with reason
+	// Hibernated; hibernationReason is its reason ("" without one).
+	hibernated        bool
+	hibernationReason string
+}
+
+// tookSpec: CloudNativePG's status reflects the Cluster's spec as written.
+//
+// CloudNativePG sets no status.observedGeneration on a Cluster, nor an
+// observedGeneration on its conditions (pkg/resources/status and
+// internal/controller, v1.30.0, never write one): a healthy phase and a True
+// Ready condition left from before a spec change say nothing about the
+// change. What it does report from the spec it reconciled:
+//   - status.image, the image it took from spec.imageName (reconcileImage
+//     in internal/controller/cluster_image.go, status.SetImage) before it
+//     rolls the instances to it, which ends with phase "Cluster in healthy
+//     state" again;
+//   - status.instances, the instances it found (PVC groups), which reach
+//     spec.instances only once it created or removed them.
+//
+// A version change (the image) or a scale is therefore only counted once
+// CloudNativePG took it. Other spec changes (resources, storage size) have
+// no such echo in its status; they count once the Cluster is healthy, which
+// CloudNativePG reports again only after it rolled the instances when it
+// noticed them (phase "Upgrading cluster" meanwhile).
+func (s cnpgStatus) tookSpec() bool {
+	return s.reportedInstances == s.instances && (s.specImage == "" || s.image == s.specImage)
 }
 
 // healthy: CloudNativePG reports the Cluster healthy with every instance
@@ -154,6 +239,9 @@ func readCNPGStatus(u *unstructured.Unstructured) cnpgStatus {
 	s.instances, _, _ = unstructured.NestedInt64(u.Object, "spec", "instances")
 	s.readyInstances, _, _ = unstructured.NestedInt64(u.Object, "status", "readyInstances")
 	s.currentPrimary, _, _ = unstructured.NestedString(u.Object, "status", "currentPrimary")
+	s.reportedInstances, _, _ = unstructured.NestedInt64(u.Object, "status", "instances")
+	s.specImage, _, _ = unstructured.NestedString(u.Object, "spec", "imageName")
+	s.image, _, _ = unstructured.NestedString(u.Object, "status", "image")
 	conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	for _, c := range conditions {
 		m, ok := c.(map[string]any)
@@ -165,9 +253,9 @@ func readCNPGStatus(u *unstructured.Unstructured) cnpgStatus {
 		case "Ready":
 			s.ready = status
 			s.readyMessage, _ = m["message"].(string)
-			s.readyGeneration, _, _ = unstructured.NestedInt64(m, "observedGeneration")
 		case cnpgHibernationCondition:
-			s.hibernated = status == "True"
+			s.hibernationReason, _ = m["reason"].(string)
+			s.hibernated = status == "True" && s.hibernationReason == cnpgHibernationHibernated
 		}
 	}
 	return s
@@ -198,7 +286,8 @@ func observeCNPG(ctx context.Context, c client.Reader, db *fleetv1alpha1.Databas
 	st.Replicas, st.ReadyReplicas = int32(s.instances), int32(s.readyInstances)
 	st.Primary = s.currentPrimary
 	if image, _, _ := unstructured.NestedString(u.Object, "spec", "imageName"); image != "" {
-		st.Version = tagOf(image)
+		// The PostgreSQL version, without the image variant.
+		st.Version, _, _ = strings.Cut(tagOf(image), "-")
 	}
 	endpoint, err := observeEndpoint(ctx, c, db)
 	if err != nil {
@@ -207,10 +296,8 @@ func observeCNPG(ctx context.Context, c client.Reader, db *fleetv1alpha1.Databas
 	st.Endpoint = endpoint
 
 	st.Role = cnpgRole(u)
-	healthy := s.healthy()
-	// CloudNativePG's Ready condition may carry the generation it judged; a
-	// Ready from before the last spec change says nothing about it.
-	caughtUp := healthy && (s.readyGeneration == 0 || s.readyGeneration >= u.GetGeneration())
+	// Healthy is not enough: CloudNativePG reports no generation (see tookSpec).
+	caughtUp := s.healthy() && s.tookSpec()
 	if caughtUp {
 		st.ObservedGeneration, _ = strconv.ParseInt(u.GetAnnotations()[fleetv1alpha1.AnnotationGeneration], 10, 64)
 	}
@@ -235,6 +322,9 @@ func cnpgMessage(s cnpgStatus) string {
 		phase = "no status yet"
 	}
 	msg := fmt.Sprintf("CloudNativePG: %s; %d of %d instances ready", phase, s.readyInstances, s.instances)
+	if s.specImage != "" && s.image != "" && s.image != s.specImage {
+		msg += "; image " + s.specImage + " not taken yet"
+	}
 	if s.currentPrimary != "" {
 		msg += "; primary " + s.currentPrimary
 	}
@@ -259,4 +349,57 @@ func tagOf(image string) string {
 		return image[i+1:]
 	}
 	return ""
+}
+
+// CNPGTookCredentials reports whether CloudNativePG's Cluster for db took
+// secret, the Database's credentials Secret as fleetdb last read it: the
+// Cluster reports secret's resourceVersion as its application Secret's
+// (status.secretsResourceVersion.applicationSecretVersion, which
+// refreshSecretResourceVersions in internal/controller/cluster_status.go,
+// v1.30.0, records at each reconcile; the instance manager then sets the
+// owner role's password from that Secret on the primary, reconcileUser in
+// internal/management/controller/instance_controller.go). Until then a new
+// password is in the Secret, not in PostgreSQL. A missing Cluster has taken
+// nothing.
+func CNPGTookCredentials(ctx context.Context, c client.Reader, db *fleetv1alpha1.Database, secret *corev1.Secret) (bool, error) {
+	if secret == nil {
+		return false, nil
+	}
+	u := NewCNPGCluster()
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name}, u); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading Cluster %s/%s: %w", db.Namespace, db.Name, err)
+	}
+	return CNPGSecretVersions(u)[secret.Name] == secret.ResourceVersion && secret.ResourceVersion != "", nil
+}
+
+// CNPGSecretVersions is what a Cluster reports of the Secrets fleetdb gives
+// it: Secret name -> the resourceVersion CloudNativePG last reconciled
+// (status.secretsResourceVersion: applicationSecretVersion for the
+// bootstrap Secret, serverSecretVersion, serverCaSecretVersion,
+// clientCaSecretVersion and replicationSecretVersion for the certificates;
+// api/v1/cluster_types.go, v1.30.0). A certificate renewal has reached
+// CloudNativePG once every renewed Secret's version is there.
+func CNPGSecretVersions(u *unstructured.Unstructured) map[string]string {
+	out := map[string]string{}
+	put := func(name string, key string) {
+		v, _, _ := unstructured.NestedString(u.Object, "status", "secretsResourceVersion", key)
+		if name != "" && v != "" {
+			out[name] = v
+		}
+	}
+	for _, method := range []string{"initdb", "pg_basebackup", "recovery"} {
+		name, _, _ := unstructured.NestedString(u.Object, "spec", "bootstrap", method, "secret", "name")
+		put(name, "applicationSecretVersion")
+	}
+	for field, key := range map[string]string{
+		"serverTLSSecret": "serverSecretVersion", "serverCASecret": "serverCaSecretVersion",
+		"clientCASecret": "clientCaSecretVersion", "replicationTLSSecret": "replicationSecretVersion",
+	} {
+		name, _, _ := unstructured.NestedString(u.Object, "spec", "certificates", field)
+		put(name, key)
+	}
+	return out
 }

@@ -39,7 +39,9 @@ func TestCNPGIntegration(t *testing.T) {
 	t.Run("a member without CloudNativePG", func(t *testing.T) { testCNPGMissing(t, ctx, bare) })
 	t.Run("teardown Delete", func(t *testing.T) { testCNPGDelete(t, ctx, c) })
 	t.Run("teardown Retain keeps volumes a new Cluster restores from", func(t *testing.T) { testCNPGRetain(t, ctx, c) })
+	t.Run("teardown Retain of an unhealthy Cluster CloudNativePG will not hibernate", func(t *testing.T) { testCNPGRetainUnhealthy(t, ctx, c) })
 	t.Run("teardown Orphan", func(t *testing.T) { testCNPGOrphan(t, ctx, c) })
+	t.Run("the policy playing CloudNativePG's webhook refuses what it refuses", func(t *testing.T) { testCNPGWebhookPolicy(t, ctx, c) })
 }
 
 func cnpgDatabase(namespace string, replicas int32) *fleetv1alpha1.Database {
@@ -85,7 +87,7 @@ func testCNPGApply(t *testing.T, ctx context.Context, c client.Client) {
 	u := getCluster(t, ctx, c, "cnpg-apply")
 	spec, _, _ := unstructured.NestedMap(u.Object, "spec")
 	g.Expect(spec).To(HaveKeyWithValue("instances", BeEquivalentTo(3)))
-	g.Expect(spec).To(HaveKeyWithValue("imageName", "ghcr.io/cloudnative-pg/postgresql:17"))
+	g.Expect(spec).To(HaveKeyWithValue("imageName", "ghcr.io/cloudnative-pg/postgresql:17.10-system-trixie"))
 	g.Expect(spec["bootstrap"]).To(Equal(map[string]any{"initdb": map[string]any{
 		"database": "app", "owner": "app", "secret": map[string]any{"name": "orders-credentials"}}}))
 	g.Expect(spec["storage"]).To(HaveKeyWithValue("size", "1Gi"))
@@ -156,7 +158,15 @@ func setClusterStatus(t *testing.T, ctx context.Context, c client.Client, namesp
 	}
 }
 
+// defaultImage is the operand image fleetdb renders for postgres 17.
+const defaultImage = "ghcr.io/cloudnative-pg/postgresql:17.10-system-trixie"
+
+// healthyStatus is a healthy Cluster's status, CloudNativePG running defaultImage.
 func healthyStatus(n int64, extra ...map[string]any) map[string]any {
+	return healthyStatusWith(n, defaultImage, extra...)
+}
+
+func healthyStatusWith(n int64, image string, extra ...map[string]any) map[string]any {
 	conditions := []any{map[string]any{"type": "Ready", "status": "True", "reason": "ClusterIsReady", "message": "Cluster is Ready",
 		"lastTransitionTime": "2026-11-30T00:00:00Z"}}
 	for _, e := range extra {
@@ -164,7 +174,7 @@ func healthyStatus(n int64, extra ...map[string]any) map[string]any {
 	}
 	return map[string]any{
 		"phase": "Cluster in healthy state", "instances": n, "readyInstances": n,
-		"currentPrimary": "orders-1", "targetPrimary": "orders-1", "conditions": conditions,
+		"currentPrimary": "orders-1", "targetPrimary": "orders-1", "conditions": conditions, "image": image,
 	}
 }
 
@@ -195,9 +205,33 @@ func testCNPGObserve(t *testing.T, ctx context.Context, c client.Client) {
 	g.Expect(st.Replicas).To(BeEquivalentTo(3))
 	g.Expect(st.ReadyReplicas).To(BeEquivalentTo(3))
 	g.Expect(st.Primary).To(Equal("orders-1"))
-	g.Expect(st.Version).To(Equal("17"))
+	g.Expect(st.Version).To(Equal("17.10"))
 	g.Expect(st.ObservedGeneration).To(BeEquivalentTo(1))
 	g.Expect(st.Endpoint).To(Equal("orders.cnpg-observe.svc:5432"))
+
+	// A new version: CloudNativePG sets no observedGeneration, so the healthy
+	// status from before says nothing until it reports the new image taken.
+	db.Generation, db.Spec.Version = 2, "18"
+	cnpgApply(t, ctx, c, db, member.NewMemo())
+	st, err = member.Observe(ctx, c, db, "cnpg")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Phase).To(Equal(fleetv1alpha1.ClusterPhaseProvisioning), "the old healthy status is not the new spec's")
+	g.Expect(st.ObservedGeneration).To(BeZero())
+	g.Expect(st.Message).To(ContainSubstring("image ghcr.io/cloudnative-pg/postgresql:18.4-system-trixie not taken yet"))
+	setClusterStatus(t, ctx, c, "cnpg-observe", healthyStatusWith(3, "ghcr.io/cloudnative-pg/postgresql:18.4-system-trixie"))
+	st, err = member.Observe(ctx, c, db, "cnpg")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Phase).To(Equal(fleetv1alpha1.ClusterPhaseReady), st.Message)
+	g.Expect(st.ObservedGeneration).To(BeEquivalentTo(2))
+	g.Expect(st.Version).To(Equal("18.4"))
+
+	// A scale: counted once CloudNativePG reports the instances (status.instances).
+	db.Generation, db.Spec.Replicas = 3, 4
+	cnpgApply(t, ctx, c, db, member.NewMemo())
+	st, err = member.Observe(ctx, c, db, "cnpg")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Phase).To(Equal(fleetv1alpha1.ClusterPhaseProvisioning))
+	g.Expect(st.ObservedGeneration).To(BeZero())
 }
 
 func testCNPGMissing(t *testing.T, ctx context.Context, bare client.Client) {
@@ -351,6 +385,60 @@ func testCNPGRetain(t *testing.T, ctx context.Context, c client.Client) {
 	g.Expect(errors.As(err, &conflict)).To(BeTrue(), "a different password is a conflict: %v", err)
 }
 
+// testCNPGRetainUnhealthy: since v1.28.2 CloudNativePG answers the
+// hibernation annotation on an unhealthy Cluster with the cnpg.io/hibernation
+// condition False, reason WaitingForHealthy (EnrichStatus in
+// pkg/reconciler/hibernation/status.go, v1.30.0): hibernation has not
+// started, and the Retain teardown goes on without it (claims released, the
+// Cluster deleted). While the reason says the instances are being stopped
+// (DeletingPods) it waits, whatever the phase.
+func testCNPGRetainUnhealthy(t *testing.T, ctx context.Context, c client.Client) {
+	g := NewWithT(t)
+	ns := "cnpg-retain-unhealthy"
+	db := cnpgDatabase(ns, 2)
+	db.Spec.DeletionPolicy = fleetv1alpha1.DeletionPolicyRetain
+	cnpgApply(t, ctx, c, db, member.NewMemo())
+	condition := func(status, reason string) map[string]any {
+		return map[string]any{"type": "cnpg.io/hibernation", "status": status, "reason": reason,
+			"message": reason, "lastTransitionTime": "2026-11-30T00:00:00Z"}
+	}
+	unhealthy := func(extra map[string]any) map[string]any {
+		return map[string]any{"phase": "Setting up primary", "instances": int64(2), "readyInstances": int64(0),
+			"conditions": []any{map[string]any{"type": "Ready", "status": "False", "reason": "ClusterIsNotReady",
+				"message": "Cluster Is Not Ready", "lastTransitionTime": "2026-11-30T00:00:00Z"}, extra}}
+	}
+	claims(t, ctx, c, getCluster(t, ctx, c, ns), 2)
+	owner := member.Owner{Namespace: ns, Name: db.Name}
+
+	// The annotation first.
+	done, err := member.Teardown(ctx, c, owner, fleetv1alpha1.DeletionPolicyRetain, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(done).To(BeFalse())
+	g.Expect(getCluster(t, ctx, c, ns).GetAnnotations()).To(HaveKeyWithValue("cnpg.io/hibernation", "on"))
+
+	// Stopping the instances: wait, the claims keep their owner.
+	setClusterStatus(t, ctx, c, ns, unhealthy(condition("False", "DeletingPods")))
+	for range 3 {
+		done, err = member.Teardown(ctx, c, owner, fleetv1alpha1.DeletionPolicyRetain, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(done).To(BeFalse())
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	g.Expect(c.Get(ctx, key(ns, "orders-1"), pvc)).To(Succeed())
+	g.Expect(pvc.OwnerReferences).To(HaveLen(1), "claims keep their owner while the instances stop")
+	g.Expect(getCluster(t, ctx, c, ns).GetDeletionTimestamp()).To(BeNil())
+
+	// WaitingForHealthy: hibernation never starts; the teardown goes on.
+	setClusterStatus(t, ctx, c, ns, unhealthy(condition("False", "WaitingForHealthy")))
+	cnpgTeardown(t, ctx, c, db, fleetv1alpha1.DeletionPolicyRetain, nil)
+	err = c.Get(ctx, key(ns, "orders"), member.NewCNPGCluster())
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the Cluster is deleted: %v", err)
+	for i := 1; i <= 2; i++ {
+		g.Expect(c.Get(ctx, key(ns, fmt.Sprintf("orders-%d", i)), pvc)).To(Succeed(), "the claim survives")
+		g.Expect(pvc.OwnerReferences).To(BeEmpty())
+	}
+}
+
 func testCNPGOrphan(t *testing.T, ctx context.Context, c client.Client) {
 	g := NewWithT(t)
 	db := cnpgDatabase("cnpg-orphan", 2)
@@ -363,4 +451,70 @@ func testCNPGOrphan(t *testing.T, ctx context.Context, c client.Client) {
 	_, err := member.Apply(ctx, "cnpg", c, c, renderFor(t, db, ""), member.NewMemo())
 	var conflict *member.ConflictError
 	g.Expect(errors.As(err, &conflict)).To(BeTrue(), "got %v", err)
+}
+
+// testCNPGWebhookPolicy checks the simulator itself: the admission policy
+// installed on the test members (hack/kwok/cnpg-webhook-policy.yaml) refuses
+// what CloudNativePG v1.30.0's webhook refuses of the fields fleetdb writes
+// (internal/webhook/v1/cluster_webhook.go) and accepts the rest.
+func testCNPGWebhookPolicy(t *testing.T, ctx context.Context, c client.Client) {
+	g := NewWithT(t)
+	ns := "cnpg-webhook"
+	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	cluster := func(name string, spec map[string]any) *unstructured.Unstructured {
+		u := member.NewCNPGCluster()
+		u.SetNamespace(ns)
+		u.SetName(name)
+		base := map[string]any{"instances": int64(1), "storage": map[string]any{"size": "1Gi"},
+			"imageName": "ghcr.io/cloudnative-pg/postgresql:17.10-system-trixie"}
+		for k, v := range spec {
+			base[k] = v
+		}
+		u.Object["spec"] = base
+		return u
+	}
+	peers := []any{map[string]any{"name": "a", "connectionParameters": map[string]any{"host": "a"}},
+		map[string]any{"name": "b", "connectionParameters": map[string]any{"host": "b"}}}
+	refused := map[string]map[string]any{
+		"serverAltDNSNames beside serverTLSSecret": {"certificates": map[string]any{
+			"serverTLSSecret": "s", "serverCASecret": "ca", "serverAltDNSNames": []any{"h"}}},
+		"serverTLSSecret without serverCASecret":      {"certificates": map[string]any{"serverTLSSecret": "s"}},
+		"replicationTLSSecret without clientCASecret": {"certificates": map[string]any{"replicationTLSSecret": "r"}},
+		"a replica created with initdb": {"externalClusters": peers, "replica": map[string]any{"self": "b", "primary": "a", "source": "a"},
+			"bootstrap": map[string]any{"initdb": map[string]any{"database": "app", "owner": "app"}}},
+		"a source that is no external cluster": {"externalClusters": peers, "replica": map[string]any{"self": "a", "primary": "a", "source": "c"}},
+		"enabled beside primary":               {"externalClusters": peers, "replica": map[string]any{"enabled": false, "primary": "a", "source": "b"}},
+		"a promotion token on a replica": {"externalClusters": peers, "replica": map[string]any{"self": "b", "primary": "a", "source": "a", "promotionToken": "t"},
+			"bootstrap": map[string]any{"pg_basebackup": map[string]any{"source": "a"}}},
+	}
+	for name, spec := range refused {
+		err := c.Create(ctx, cluster("refused", spec), client.DryRunAll)
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: got %v", name, err)
+	}
+	accepted := cluster("accepted", map[string]any{
+		"externalClusters": peers, "replica": map[string]any{"self": "a", "primary": "a", "source": "b"},
+		"certificates": map[string]any{"serverTLSSecret": "s", "serverCASecret": "ca", "replicationTLSSecret": "r", "clientCASecret": "ca"},
+	})
+	g.Expect(c.Create(ctx, accepted)).To(Succeed())
+	status := map[string]any{"pgDataImageInfo": map[string]any{"image": "ghcr.io/cloudnative-pg/postgresql:17.10-system-trixie", "majorVersion": int64(17)},
+		"switchReplicaClusterStatus": map[string]any{"inProgress": true}}
+	patch, _ := json.Marshal(map[string]any{"status": status})
+	g.Expect(c.Status().Patch(ctx, accepted, client.RawPatch(types.MergePatchType, patch))).To(Succeed())
+	update := func(mutate func(spec map[string]any)) error {
+		u := member.NewCNPGCluster()
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(accepted), u)).To(Succeed())
+		mutate(u.Object["spec"].(map[string]any))
+		return c.Update(ctx, u, client.DryRunAll)
+	}
+	g.Expect(update(func(s map[string]any) { s["storage"] = map[string]any{"size": "2Gi"} })).To(Succeed(), "storage grows")
+	err := update(func(s map[string]any) { s["storage"] = map[string]any{"size": "512Mi"} })
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "storage never shrinks: %v", err)
+	err = update(func(s map[string]any) { s["imageName"] = "ghcr.io/cloudnative-pg/postgresql:16.14-system-trixie" })
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "no major downgrade: %v", err)
+	g.Expect(update(func(s map[string]any) { s["imageName"] = "ghcr.io/cloudnative-pg/postgresql:18.4-system-trixie" })).To(Succeed(), "a major upgrade")
+	err = update(func(s map[string]any) { s["replica"] = map[string]any{"self": "a", "primary": "b", "source": "b"} })
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "no role change while a replica switch is in progress: %v", err)
+	patch, _ = json.Marshal(map[string]any{"status": map[string]any{"switchReplicaClusterStatus": map[string]any{"inProgress": false}}})
+	g.Expect(c.Status().Patch(ctx, accepted, client.RawPatch(types.MergePatchType, patch))).To(Succeed())
+	g.Expect(update(func(s map[string]any) { s["replica"] = map[string]any{"self": "a", "primary": "b", "source": "b"} })).To(Succeed(), "a demotion")
 }

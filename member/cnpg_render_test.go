@@ -30,6 +30,7 @@ func TestRenderCNPGObjects(t *testing.T) {
 	s := r.objs["Secret/orders-credentials"].(*corev1.Secret)
 	g.Expect(s.Type).To(Equal(corev1.SecretTypeBasicAuth))
 	g.Expect(s.Data).To(Equal(testCredentials()))
+	g.Expect(s.Labels).To(HaveKeyWithValue("cnpg.io/reload", "true"), "CloudNativePG reconciles the Cluster when the Secret changes")
 
 	svc := r.objs["Service/orders"].(*corev1.Service)
 	g.Expect(svc.Spec.Selector).To(Equal(map[string]string{"cnpg.io/cluster": "orders", "cnpg.io/instanceRole": "primary"}))
@@ -49,7 +50,7 @@ func TestRenderCNPGObjects(t *testing.T) {
 	}))
 	g.Expect(c.Object["spec"]).To(Equal(map[string]any{
 		"instances": int64(3),
-		"imageName": "ghcr.io/cloudnative-pg/postgresql:17",
+		"imageName": "ghcr.io/cloudnative-pg/postgresql:17.10-system-trixie",
 		"storage":   map[string]any{"size": "10Gi", "storageClass": "fast"},
 		"bootstrap": map[string]any{"initdb": map[string]any{
 			"database": "app", "owner": "app", "secret": map[string]any{"name": "orders-credentials"},
@@ -80,9 +81,9 @@ func TestRenderCNPGOverridesVersionAndResources(t *testing.T) {
 	sc, _, _ := unstructured.NestedString(us.Object, "spec", "storage", "storageClass")
 	g.Expect(sc).To(Equal("slow"))
 	image, _, _ := unstructured.NestedString(eu.Object, "spec", "imageName")
-	g.Expect(image).To(Equal("registry.local/cnpg/postgresql:16"), "the major version, from the repository override")
+	g.Expect(image).To(Equal("registry.local/cnpg/postgresql:16.4-system-trixie"), "the full version, from the repository override")
 	image, _, _ = unstructured.NestedString(us.Object, "spec", "imageName")
-	g.Expect(image).To(Equal("ghcr.io/cloudnative-pg/postgresql:16"))
+	g.Expect(image).To(Equal("ghcr.io/cloudnative-pg/postgresql:16.4-system-trixie"))
 	res, _, _ := unstructured.NestedMap(eu.Object, "spec", "resources")
 	g.Expect(res).To(Equal(map[string]any{
 		"requests": map[string]any{"cpu": "250m"},
@@ -125,4 +126,31 @@ func TestRenderBackendChoice(t *testing.T) {
 			NewWithT(t).Expect(r.objs).To(HaveKey(tt.want))
 		})
 	}
+}
+
+// TestRenderCNPGImmutableImageTags: a major version alone gets the minor
+// release CloudNativePG v1.30.0 tests with, in the variant of its default
+// image; never the rolling "<major>" tag. A major fleetdb pins no minor for
+// is refused until spec.version names the minor.
+func TestRenderCNPGImmutableImageTags(t *testing.T) {
+	for version, want := range map[string]string{
+		"18":    "ghcr.io/cloudnative-pg/postgresql:18.4-system-trixie",
+		"17":    "ghcr.io/cloudnative-pg/postgresql:17.10-system-trixie",
+		"16":    "ghcr.io/cloudnative-pg/postgresql:16.14-system-trixie",
+		"15":    "ghcr.io/cloudnative-pg/postgresql:15.18-system-trixie",
+		"14":    "ghcr.io/cloudnative-pg/postgresql:14.23-system-trixie",
+		"17.6":  "ghcr.io/cloudnative-pg/postgresql:17.6-system-trixie",
+		"13.22": "ghcr.io/cloudnative-pg/postgresql:13.22-system-trixie",
+	} {
+		t.Run(version, func(t *testing.T) {
+			db := cnpgTestDatabase(func(db *fleetv1alpha1.Database) { db.Spec.Version = version })
+			image, _, _ := unstructured.NestedString(render(t, member.Params{Database: db, Cluster: "eu-1", Credentials: testCredentials()}).cluster().Object, "spec", "imageName")
+			NewWithT(t).Expect(image).To(Equal(want))
+		})
+	}
+	t.Run("a major without a pinned minor", func(t *testing.T) {
+		db := cnpgTestDatabase(func(db *fleetv1alpha1.Database) { db.Spec.Version = "13" })
+		_, err := member.Render(member.Params{Database: db, Cluster: "eu-1", Credentials: testCredentials()})
+		NewWithT(t).Expect(err).To(MatchError(ContainSubstring("set spec.version to a major.minor release")))
+	})
 }

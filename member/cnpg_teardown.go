@@ -101,15 +101,27 @@ func hibernate(ctx context.Context, c client.Client, u *unstructured.Unstructure
 	if s.hibernated {
 		return true, nil
 	}
-	return s.phase != cnpgHealthyPhase && !hasCondition(u, cnpgHibernationCondition), nil
+	return s.phase != cnpgHealthyPhase && !hibernationStarted(s.hibernationReason), nil
 }
 
-func hasCondition(u *unstructured.Unstructured, typ string) bool {
-	conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conditions {
-		if m, ok := c.(map[string]any); ok && m["type"] == typ {
-			return true
-		}
+// CloudNativePG's reasons of the cnpg.io/hibernation condition
+// (pkg/reconciler/hibernation/status.go, v1.30.0). Since v1.28.2 an
+// unhealthy Cluster asked to hibernate gets the condition with reason
+// WaitingForHealthy (status False): hibernation has not started, and will
+// not until the Cluster is healthy.
+const (
+	cnpgHibernationHibernated          = "Hibernated"
+	cnpgHibernationDeletingPods        = "DeletingPods"
+	cnpgHibernationWaitingPodsDeletion = "WaitingPodsDeletion"
+)
+
+// hibernationStarted: the condition's reason says CloudNativePG is stopping
+// the instances or has stopped them (its isHibernationOngoing, same file).
+// WaitingForHealthy, WrongAnnotationValue or no condition: it has not.
+func hibernationStarted(reason string) bool {
+	switch reason {
+	case cnpgHibernationHibernated, cnpgHibernationDeletingPods, cnpgHibernationWaitingPodsDeletion:
+		return true
 	}
 	return false
 }

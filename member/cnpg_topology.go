@@ -103,12 +103,14 @@ func (r renderer) tlsSecret(name string, typ corev1.SecretType, data map[string]
 	for k, v := range data {
 		data[k] = append([]byte(nil), v...)
 	}
-	return &corev1.Secret{
+	s := &corev1.Secret{
 		TypeMeta:   typeMeta(corev1.SchemeGroupVersion, "Secret"),
 		ObjectMeta: r.meta(name),
 		Type:       typ,
 		Data:       data,
 	}
+	s.Labels[CNPGReloadLabel] = "true"
+	return s
 }
 
 // wireTopology adds the PrimaryStandby fields to a Cluster spec. A standby
@@ -118,24 +120,22 @@ func (r renderer) tlsSecret(name string, typ corev1.SecretType, data map[string]
 // Cluster was created stays through every switchover.
 func (r renderer) wireTopology(spec map[string]any) {
 	t := r.p.Topology
-	replica := map[string]any{"self": t.Self, "primary": t.Primary, "source": t.Primary}
+	replica := map[string]any{"self": t.Self, "primary": t.Primary, "source": replicaSource(t)}
 	if t.PromotionToken != "" {
 		replica["promotionToken"] = t.PromotionToken
 	}
 	spec["replica"] = replica
 	spec["externalClusters"] = r.externalClusters()
-	var selfHost string
-	for _, p := range t.Peers {
-		if p.Name == t.Self {
-			selfHost = p.Host
-		}
-	}
+	// No serverAltDNSNames: CloudNativePG's webhook refuses them beside a
+	// serverTLSSecret, on create and update (validateCerts in
+	// internal/webhook/v1/cluster_webhook.go, v1.30.0). The server
+	// certificate the hub issues carries the peer host and every in-cluster
+	// name itself (ServerDNSNames).
 	spec["certificates"] = map[string]any{
 		"serverCASecret":       TopologyCASecretName(r.db.Name),
 		"clientCASecret":       TopologyCASecretName(r.db.Name),
 		"serverTLSSecret":      TopologyServerSecretName(r.db.Name),
 		"replicationTLSSecret": TopologyReplicationSecretName(r.db.Name),
-		"serverAltDNSNames":    []any{selfHost},
 	}
 	if t.Primary != t.Self {
 		initdb, _, _ := unstructured.NestedMap(spec, "bootstrap", "initdb")
@@ -147,6 +147,30 @@ func (r renderer) wireTopology(spec map[string]any) {
 		}
 		spec["bootstrap"] = map[string]any{"pg_basebackup": basebackup}
 	}
+}
+
+// replicaSource is replica.source: the primary for a standby, the member
+// it streams from. A primary does not stream and CloudNativePG ignores the
+// field there, but its webhook requires it to name an external cluster
+// (validateReplicaClusterExternalClusters in
+// internal/webhook/v1/cluster_webhook.go, v1.30.0); CloudNativePG's
+// distributed topology documentation points a primary's source at a peer,
+// the member it would stream from after a demotion: fleetdb names the first
+// other member by name (itself only in a topology of one).
+func replicaSource(t *Topology) string {
+	if t.Primary != t.Self {
+		return t.Primary
+	}
+	source := ""
+	for _, p := range t.Peers {
+		if p.Name != t.Self && (source == "" || p.Name < source) {
+			source = p.Name
+		}
+	}
+	if source == "" {
+		return t.Self
+	}
+	return source
 }
 
 // externalClusters lists every member, sorted by name, as a standby

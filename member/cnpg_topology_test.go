@@ -37,15 +37,15 @@ func TestRenderTopologyPrimary(t *testing.T) {
 	g.Expect(r.order).To(Equal([]string{"Namespace/team-a", "Secret/orders-credentials", "Secret/orders-topology-ca",
 		"Secret/orders-topology-server", "Secret/orders-topology-replication", "Service/orders", "Cluster/orders"}))
 	spec := r.cluster().Object["spec"].(map[string]any)
-	g.Expect(spec["replica"]).To(Equal(map[string]any{"self": "eu-1", "primary": "eu-1", "source": "eu-1"}))
+	g.Expect(spec["replica"]).To(Equal(map[string]any{"self": "eu-1", "primary": "eu-1", "source": "us-1"}),
+		"a primary's source names a peer, as in CloudNativePG's documentation")
 	g.Expect(spec["bootstrap"]).To(Equal(map[string]any{"initdb": map[string]any{
 		"database": "app", "owner": "app", "secret": map[string]any{"name": "orders-credentials"},
 	}}), "the primary starts a new database")
 	g.Expect(spec["certificates"]).To(Equal(map[string]any{
 		"serverCASecret": "orders-topology-ca", "clientCASecret": "orders-topology-ca",
 		"serverTLSSecret": "orders-topology-server", "replicationTLSSecret": "orders-topology-replication",
-		"serverAltDNSNames": []any{"orders-rw.team-a.eu-1.example.net"},
-	}))
+	}), "no serverAltDNSNames: CloudNativePG's webhook refuses them beside a serverTLSSecret")
 	ref := func(name, key string) map[string]any { return map[string]any{"name": name, "key": key} }
 	g.Expect(spec["externalClusters"]).To(Equal([]any{
 		map[string]any{
@@ -73,6 +73,9 @@ func TestRenderTopologyPrimary(t *testing.T) {
 	g.Expect(repl.Type).To(Equal(corev1.SecretTypeTLS))
 	g.Expect(repl.Data).To(Equal(map[string][]byte{"tls.crt": []byte("repl-cert"), "tls.key": []byte("repl-key")}))
 	g.Expect(repl.Labels).To(HaveKeyWithValue(fleetv1alpha1.LabelDatabaseName, "orders"), "labelled like every member object")
+	for _, s := range []*corev1.Secret{ca, server, repl} {
+		g.Expect(s.Labels).To(HaveKeyWithValue("cnpg.io/reload", "true"), "CloudNativePG reloads %s when it changes", s.Name)
+	}
 }
 
 func TestRenderTopologyStandby(t *testing.T) {
@@ -83,13 +86,12 @@ func TestRenderTopologyStandby(t *testing.T) {
 	g.Expect(spec["bootstrap"]).To(Equal(map[string]any{"pg_basebackup": map[string]any{
 		"source": "eu-1", "database": "app", "owner": "app", "secret": map[string]any{"name": "orders-credentials"},
 	}}), "a standby streams its data from the primary")
-	alt, _, _ := unstructured.NestedStringSlice(spec, "certificates", "serverAltDNSNames")
-	g.Expect(alt).To(Equal([]string{"orders-rw.team-a.us-1.example.net"}), "its own peer host")
+	g.Expect(spec["certificates"]).NotTo(HaveKey("serverAltDNSNames"), "the server certificate carries the peer host itself")
 
 	p.Topology.PromotionToken = "token"
 	p.Topology.Primary = "us-1"
 	spec = render(t, p).cluster().Object["spec"].(map[string]any)
-	g.Expect(spec["replica"]).To(Equal(map[string]any{"self": "us-1", "primary": "us-1", "source": "us-1", "promotionToken": "token"}))
+	g.Expect(spec["replica"]).To(Equal(map[string]any{"self": "us-1", "primary": "us-1", "source": "eu-1", "promotionToken": "token"}))
 }
 
 func TestRenderTopologyRefusesIncompleteWiring(t *testing.T) {

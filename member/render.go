@@ -87,6 +87,10 @@ func Render(p Params) ([]client.Object, error) {
 		return nil, fmt.Errorf("render %s/%s: %w", db.Namespace, db.Name, err)
 	}
 	if db.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG {
+		if r.cnpgImage() == "" {
+			return nil, fmt.Errorf("render %s/%s: no pinned CloudNativePG image for postgres %q: set spec.version to a major.minor release (such as 17.10)",
+				db.Namespace, db.Name, db.EffectiveVersion())
+		}
 		return r.renderCNPG(), nil
 	}
 	objs := []client.Object{

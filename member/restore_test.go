@@ -28,7 +28,7 @@ func TestRestoreJob(t *testing.T) {
 		host    string
 		image   string
 	}{
-		{fleetv1alpha1.EnginePostgres, fleetv1alpha1.BackendCloudNativePG, "-rw", "postgresql:17"},
+		{fleetv1alpha1.EnginePostgres, fleetv1alpha1.BackendCloudNativePG, "-rw", "postgresql:17.10-system-trixie"},
 		{fleetv1alpha1.EnginePostgres, fleetv1alpha1.BackendStatefulSet, "-0.", "postgres:17"},
 		{fleetv1alpha1.EngineMySQL, fleetv1alpha1.BackendStatefulSet, "-0.", "mysql:8.4"},
 	} {

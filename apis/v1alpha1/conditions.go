@@ -311,8 +311,8 @@ const (
 	// follow the primary (yet).
 	ReasonStandbyNotFollowing = "StandbyNotFollowing"
 	// ReasonSwitchoverStepTimedOut: a switchover step did not finish within
-	// spec.topology.stepTimeout; the hub changes nothing more (see the
-	// README: abort by setting primaryCluster back before the promotion).
+	// spec.topology.stepTimeout; the hub changes nothing more (see
+	// docs/topology.md: abort by setting primaryCluster back before the promotion).
 	ReasonSwitchoverStepTimedOut = "SwitchoverStepTimedOut"
 	// ReasonTargetUnhealthy: the switchover target was not a healthy standby
 	// of the primary within spec.topology.stepTimeout; nothing was changed.

@@ -88,8 +88,8 @@ type ReplicationEndpoint struct {
 	// "$(DATABASE)-rw.$(NAMESPACE).member-1.example.net". Both placeholders
 	// are required: two Databases must never share an address (a standby
 	// would stream from the wrong primary). The host is also put in the
-	// member's server certificate (serverAltDNSNames), which standbys verify
-	// (sslmode verify-full).
+	// member's server certificate (one of the DNS names the hub issues it
+	// for), which standbys verify (sslmode verify-full).
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=200

@@ -120,7 +120,8 @@ const (
 // +kubebuilder:validation:Enum=CheckTarget;Demote;WaitDemotion;Promote;WaitPromotion;Repoint;Fence;Done;Failed
 type SwitchoverStep string
 
-// Switchover steps (../shared/CNPG.md's protocol).
+// Switchover steps (CloudNativePG's replica-cluster switchover, step by step:
+// docs/topology.md, "Switchover and failover").
 const (
 	StepCheckTarget   SwitchoverStep = "CheckTarget"
 	StepDemote        SwitchoverStep = "Demote"

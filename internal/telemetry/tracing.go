@@ -225,7 +225,7 @@ var defaultTracerProvider = otel.GetTracerProvider()
 // idOnlyProvider is the tracer provider of a hub that exports no traces: an
 // SDK provider without span processors whose sampler records nothing. Its
 // spans are not recorded (no attributes, events or export: the cost is the
-// ids and one small allocation, see docs/benchmarks.md) but have real trace
+// ids and one small allocation, see docs/reports/benchmarks.md) but have real trace
 // and span ids, children keep their parent's trace id, so every log line
 // of a reconcile carries a trace id an on-call engineer can follow one
 // change by, and the member objects carry a (not sampled) traceparent.

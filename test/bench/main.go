@@ -8,7 +8,7 @@
 // latencies, then takes that fleet down and starts a second one with audit
 // logs on, where it counts the hub's writes; it prints a table, writes JSON,
 // and always tears the hub and the fleet down (also on error and Ctrl-C).
-// See docs/benchmarks.md.
+// See docs/reports/benchmarks.md.
 package main
 
 import (

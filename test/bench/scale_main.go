@@ -3,7 +3,7 @@ package main
 // The scale mode (-scale): for each member count a fleet of its own, grown
 // in Database steps; per step the hub's CPU, memory and API requests at rest,
 // a few single changes beside the floor, and a hub restart. See
-// docs/scale.md.
+// docs/reports/scale.md.
 
 import (
 	"context"
@@ -48,7 +48,7 @@ type scaleConfig struct {
 // scaleFlags registers the scale mode's flags.
 func scaleFlags() *scaleConfig {
 	sc := &scaleConfig{}
-	flag.BoolVar(&sc.on, "scale", false, "scale mode: growing fleets instead of the default run (docs/scale.md)")
+	flag.BoolVar(&sc.on, "scale", false, "scale mode: growing fleets instead of the default run (docs/reports/scale.md)")
 	flag.StringVar(&sc.members, "scale-members", "1,5,10,20", "scale mode: member counts, one fleet each, comma-separated")
 	flag.StringVar(&sc.databases, "scale-databases", "100,500,1000", "scale mode: Database counts each fleet is grown to, comma-separated, increasing")
 	flag.IntVar(&sc.samples, "scale-samples", 10, "scale mode: single creates per step, each beside the floor")

@@ -48,7 +48,9 @@ func ExpectMemberCluster(ctx context.Context, in ExpectMemberWorkloadInput) {
 		g.Expect(primary).NotTo(BeEmpty())
 		if in.Version != "" {
 			image, _, _ := unstructured.NestedString(u.Object, "spec", "imageName")
-			g.Expect(image).To(HaveSuffix(":" + in.Version))
+			tag, ok := member.CNPGImageTag(in.Version)
+			g.Expect(ok).To(BeTrue(), "a pinned image for postgres %s", in.Version)
+			g.Expect(image).To(HaveSuffix(":" + tag))
 		}
 		g.Expect(c.Get(ctx, key, &corev1.Service{})).To(Succeed(), "client Service")
 		s := &corev1.Secret{}
@@ -69,8 +71,8 @@ type CNPGInput struct {
 }
 
 // CNPGOverrideSpec creates a 3-instance Database on the CloudNativePG
-// backend everywhere (the README's sample: READY n/n, 3 instances per
-// member), then scales one member to 1 instance with an override: that
+// backend everywhere (the sample of docs/local-fleet.md: READY n/n, 3 instances
+// per member), then scales one member to 1 instance with an override: that
 // member's Cluster follows, the others keep 3, and the hub is Ready again.
 func CNPGOverrideSpec(ctx context.Context, in CNPGInput) {
 	t, f := in.T, in.Fleet

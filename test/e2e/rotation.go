@@ -20,7 +20,7 @@ type RotationInput struct {
 	Fleet *Fleet
 }
 
-// RotationSpec runs the README's credential rotation: `kubectl annotate` a
+// RotationSpec runs docs/credentials.md's rotation: `kubectl annotate` a
 // Ready Database with a rotation token, `kubectl wait` for the status to name
 // it, and proves that the password changed in the hub Secret and, identically,
 // in every member's, with no rotation state left and the rotation Jobs (run

@@ -228,6 +228,13 @@ func StartControlPlaneWith(name, assets string, crdPaths []string) (*ControlPlan
 			return nil, fmt.Errorf("admission policies for %s: %w", name, err)
 		}
 	}
+	// A member with CloudNativePG's CRD gets the policy that plays its webhook.
+	if slices.ContainsFunc(crdPaths, func(p string) bool { return strings.Contains(p, "postgresql.cnpg.io_") }) {
+		if err := InstallCNPGWebhookPolicy(context.Background(), cp.Client); err != nil {
+			_ = env.Stop()
+			return nil, fmt.Errorf("CloudNativePG webhook policy for %s: %w", name, err)
+		}
+	}
 	return cp, nil
 }
 

@@ -5,9 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -90,25 +93,10 @@ func (s *cnpgSim) step(ctx context.Context, m string, c client.Client, u *unstru
 		status = map[string]any{}
 	}
 	next := s.transition(m+"/"+u.GetNamespace()+"/"+u.GetName(), self, primary, token, status)
-	n, _, _ := unstructured.NestedInt64(u.Object, "spec", "instances")
 	s.mu.Lock()
 	healthy := !s.unhealthy[m]
 	s.mu.Unlock()
-	if healthy {
-		next["phase"], next["instances"], next["readyInstances"] = "Cluster in healthy state", n, n
-		next["currentPrimary"], next["targetPrimary"] = u.GetName()+"-1", u.GetName()+"-1"
-		next["conditions"] = []any{map[string]any{"type": "Ready", "status": "True", "reason": "ClusterIsReady",
-			"message": "Cluster is Ready", "lastTransitionTime": "2026-11-30T00:00:00Z"}}
-	} else {
-		next["phase"], next["instances"], next["readyInstances"] = "Setting up primary", n, int64(0)
-	}
-	a, _ := json.Marshal(status)
-	b, _ := json.Marshal(next)
-	if string(a) == string(b) {
-		return
-	}
-	patch, _ := json.Marshal(map[string]any{"status": next})
-	_ = c.Status().Patch(ctx, u, client.RawPatch(types.MergePatchType, patch))
+	writeCNPGStatus(ctx, c, u, status, cnpgReconciledStatus(ctx, c, u, next, healthy))
 }
 
 // transition is CloudNativePG's replica switch, on a copy of status.
@@ -209,4 +197,135 @@ func (w *primaryWatch) most() (int, []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.max, w.seen
+}
+
+// cnpgReconciledStatus is the status CloudNativePG's operator reports for the
+// Cluster u after a reconcile, on a copy of status, as far as fleetdb reads
+// it. What it reports, and what it never does, is CloudNativePG v1.30.0's:
+//   - no status.observedGeneration and no observedGeneration on a condition
+//     (pkg/resources/status and internal/controller never set one);
+//   - status.image from spec.imageName and status.pgDataImageInfo
+//     (reconcileImage, internal/controller/cluster_image.go), status.instances
+//     for the instances it has;
+//   - the cnpg.io/hibernation condition with the reasons of EnrichStatus
+//     (pkg/reconciler/hibernation/status.go): Hibernated once a healthy
+//     Cluster stopped, WaitingForHealthy (False) while an unhealthy one has not
+//     started;
+//   - status.secretsResourceVersion (refreshSecretResourceVersions,
+//     internal/controller/cluster_status.go), refreshed only when the
+//     operator reconciles: when the Cluster's spec changed, or when a Secret
+//     it watches changed, and it watches only Secrets the Cluster owns or
+//     labelled cnpg.io/reload (isUsefulClusterSecret,
+//     internal/controller/cluster_predicates.go). A change to any other
+//     Secret is seen at some unrelated later reconcile: never, here.
+func cnpgReconciledStatus(ctx context.Context, c client.Client, u *unstructured.Unstructured, status map[string]any, healthy bool) map[string]any {
+	next := map[string]any{}
+	for k, v := range status {
+		next[k] = v
+	}
+	n, _, _ := unstructured.NestedInt64(u.Object, "spec", "instances")
+	image, _, _ := unstructured.NestedString(u.Object, "spec", "imageName")
+	hibernating := u.GetAnnotations()["cnpg.io/hibernation"] == "on"
+	var conditions []any
+	if healthy {
+		next["phase"], next["instances"], next["readyInstances"] = "Cluster in healthy state", n, n
+		next["currentPrimary"], next["targetPrimary"] = u.GetName()+"-1", u.GetName()+"-1"
+		conditions = append(conditions, map[string]any{"type": "Ready", "status": "True", "reason": "ClusterIsReady",
+			"message": "Cluster is Ready", "lastTransitionTime": "2026-11-30T00:00:00Z"})
+		if image != "" {
+			next["image"] = image
+			if major, ok := imageMajor(image); ok {
+				next["pgDataImageInfo"] = map[string]any{"image": image, "majorVersion": major}
+			}
+		}
+		if hibernating {
+			conditions = append(conditions, map[string]any{"type": "cnpg.io/hibernation", "status": "True", "reason": "Hibernated",
+				"message": "Cluster has been hibernated", "lastTransitionTime": "2026-11-30T00:00:00Z"})
+		}
+	} else {
+		next["phase"], next["instances"], next["readyInstances"] = "Setting up primary", n, int64(0)
+		conditions = append(conditions, map[string]any{"type": "Ready", "status": "False", "reason": "ClusterIsNotReady",
+			"message": "Cluster Is Not Ready", "lastTransitionTime": "2026-11-30T00:00:00Z"})
+		if hibernating {
+			conditions = append(conditions, map[string]any{"type": "cnpg.io/hibernation", "status": "False", "reason": "WaitingForHealthy",
+				"message": "Waiting for the cluster to be healthy before proceeding with hibernation", "lastTransitionTime": "2026-11-30T00:00:00Z"})
+		}
+	}
+	next["conditions"] = conditions
+	if versions := cnpgSecretVersions(ctx, c, u); versions != nil {
+		next["secretsResourceVersion"] = versions
+	}
+	return next
+}
+
+// cnpgReconciles remembers, per Cluster (by UID), the generation the
+// simulated operator last reconciled.
+var cnpgReconciles sync.Map
+
+// cnpgSecretVersions is status.secretsResourceVersion after the simulated
+// operator's reconcile (see cnpgReconciledStatus): the current resource
+// versions of the Secrets the Cluster names when it reconciles, the ones it
+// reported before otherwise; nil to leave the status as it is.
+func cnpgSecretVersions(ctx context.Context, c client.Client, u *unstructured.Unstructured) map[string]any {
+	names := map[string]string{} // status key -> Secret name
+	for _, method := range []string{"initdb", "pg_basebackup", "recovery"} {
+		if name, _, _ := unstructured.NestedString(u.Object, "spec", "bootstrap", method, "secret", "name"); name != "" {
+			names["applicationSecretVersion"] = name
+		}
+	}
+	for field, key := range map[string]string{
+		"serverTLSSecret": "serverSecretVersion", "serverCASecret": "serverCaSecretVersion",
+		"clientCASecret": "clientCaSecretVersion", "replicationTLSSecret": "replicationSecretVersion",
+	} {
+		if name, _, _ := unstructured.NestedString(u.Object, "spec", "certificates", field); name != "" {
+			names[key] = name
+		}
+	}
+	reported, _, _ := unstructured.NestedStringMap(u.Object, "status", "secretsResourceVersion")
+	last, seen := cnpgReconciles.Load(u.GetUID())
+	reconcile := !seen || last.(int64) != u.GetGeneration()
+	current := map[string]any{}
+	for key, name := range names {
+		var secret corev1.Secret
+		if err := c.Get(ctx, client.ObjectKey{Namespace: u.GetNamespace(), Name: name}, &secret); err != nil {
+			continue
+		}
+		current[key] = secret.ResourceVersion
+		_, watched := secret.Labels[member.CNPGReloadLabel]
+		for _, o := range secret.OwnerReferences {
+			watched = watched || (o.Kind == "Cluster" && o.UID == u.GetUID())
+		}
+		if watched && reported[key] != secret.ResourceVersion {
+			reconcile = true // the event of a watched Secret
+		}
+	}
+	if !reconcile {
+		return nil
+	}
+	cnpgReconciles.Store(u.GetUID(), u.GetGeneration())
+	return current
+}
+
+// imageMajor is the major version of an operand image's tag ("…:17.10-system-trixie" -> 17).
+func imageMajor(image string) (int64, bool) {
+	i := strings.LastIndex(image, ":")
+	if i < 0 {
+		return 0, false
+	}
+	v := image[i+1:]
+	v, _, _ = strings.Cut(v, "-")
+	v, _, _ = strings.Cut(v, ".")
+	major, err := strconv.ParseInt(v, 10, 64)
+	return major, err == nil
+}
+
+// writeCNPGStatus writes next as u's status when it differs from status.
+func writeCNPGStatus(ctx context.Context, c client.Client, u *unstructured.Unstructured, status, next map[string]any) {
+	a, _ := json.Marshal(status)
+	b, _ := json.Marshal(next)
+	if string(a) == string(b) {
+		return
+	}
+	patch, _ := json.Marshal(map[string]any{"status": next})
+	_ = c.Status().Patch(ctx, u, client.RawPatch(types.MergePatchType, patch))
 }

@@ -7,7 +7,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -26,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -357,8 +355,9 @@ func clusterInstances(e *env, m, ns, name string) int64 {
 
 // markClustersReady plays the CloudNativePG operator's status reports for
 // the Clusters fleetdb wrote (like the local fleet's kwok Stages): healthy
-// with every instance ready, and hibernated once asked to. It writes nothing
-// when that is already so; a member without the CRD has nothing to mark.
+// with every instance ready, and hibernated once asked to, as
+// cnpgReconciledStatus reports it. It writes nothing when that is already
+// so; a member without the CRD has nothing to mark.
 func markClustersReady(ctx context.Context, c client.Client) {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(member.CNPGClusterGVK.GroupVersion().WithKind("ClusterList"))
@@ -367,24 +366,7 @@ func markClustersReady(ctx context.Context, c client.Client) {
 	}
 	for i := range list.Items {
 		u := &list.Items[i]
-		n, _, _ := unstructured.NestedInt64(u.Object, "spec", "instances")
-		ready, _, _ := unstructured.NestedInt64(u.Object, "status", "readyInstances")
-		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
-		conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-		hibernating := u.GetAnnotations()["cnpg.io/hibernation"] == "on"
-		if phase == "Cluster in healthy state" && ready == n && (!hibernating || len(conditions) == 2) {
-			continue
-		}
-		conds := []any{map[string]any{"type": "Ready", "status": "True", "reason": "ClusterIsReady",
-			"message": "Cluster is Ready", "lastTransitionTime": "2026-11-30T00:00:00Z"}}
-		if hibernating {
-			conds = append(conds, map[string]any{"type": "cnpg.io/hibernation", "status": "True", "reason": "Hibernated",
-				"message": "Cluster has been hibernated", "lastTransitionTime": "2026-11-30T00:00:00Z"})
-		}
-		patch, _ := json.Marshal(map[string]any{"status": map[string]any{
-			"phase": "Cluster in healthy state", "instances": n, "readyInstances": n,
-			"currentPrimary": u.GetName() + "-1", "targetPrimary": u.GetName() + "-1", "conditions": conds,
-		}})
-		_ = c.Status().Patch(ctx, u, client.RawPatch(types.MergePatchType, patch))
+		status, _, _ := unstructured.NestedMap(u.Object, "status")
+		writeCNPGStatus(ctx, c, u, status, cnpgReconciledStatus(ctx, c, u, status, true))
 	}
 }

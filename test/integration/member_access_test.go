@@ -75,7 +75,7 @@ func TestMemberAccess(t *testing.T) {
 			{authorizationv1.ResourceAttributes{Verb: "delete", Resource: "persistentvolumeclaims", Namespace: "team-a"}, true},
 			{authorizationv1.ResourceAttributes{Verb: "create", Resource: "namespaces"}, true},
 			{authorizationv1.ResourceAttributes{Verb: "get", Resource: "namespaces", Name: "team-a"}, true},
-			// RBAC cannot narrow reads by label: the README says so.
+			// RBAC cannot narrow reads by label: docs/security.md says so.
 			{authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: "kube-system"}, true},
 			{authorizationv1.ResourceAttributes{Verb: "list", Resource: "namespaces"}, false},
 			{authorizationv1.ResourceAttributes{Verb: "delete", Resource: "namespaces"}, false},

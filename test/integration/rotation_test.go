@@ -31,6 +31,11 @@ func TestRotation(t *testing.T) {
 // when the Secret its Cluster's bootstrap.initdb.secret names changes, so the
 // hub runs no Job there: each member's basic-auth Secret gets the new
 // password, and the Cluster is not rewritten (no instance restarts).
+// CloudNativePG sees a change only of a Secret labelled cnpg.io/reload (the
+// simulator, cnpgReconciledStatus, reports a Secret's version only then), and
+// a member counts as switched once its Cluster reports the new Secret's
+// version: while m2's CloudNativePG has not taken it, the hub keeps the old
+// password.
 func testRotationCNPG(t *testing.T, e *env) {
 	g := NewWithT(t)
 	ns := e.namespace("rotate-cnpg")
@@ -42,19 +47,37 @@ func testRotationCNPG(t *testing.T, e *env) {
 		generations[m] = e.clusterGeneration(g, m, ns, "orders")
 	}
 
+	e.sim.enable("m2", false) // m2's CloudNativePG reports nothing new
 	e.annotate(g, ns, "orders", "c1")
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.memberSecret(g, "m2", key)[member.CredentialsPasswordKey]).To(Equal(e.hubSecret(g, key)[member.CredentialsPendingPasswordKey]),
+			"m2's Secret has the new password")
+		c := condition(e.getDB(ns, "orders").Status.Conditions, fleetv1alpha1.ConditionCredentialsRotated)
+		g.Expect(c.Message).To(ContainSubstring("waiting for CloudNativePG to take the new credentials Secret"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.hubSecret(g, key)[member.CredentialsPasswordKey]).To(Equal(old),
+		"the hub keeps the old password while m2's CloudNativePG has not taken the new one")
+	e.sim.enable("m2", true)
+
 	g.Eventually(func(g Gomega) {
 		g.Expect(e.hubSecret(g, key)).To(HaveKey(member.CredentialsRotatedTokenKey))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	pw := e.hubSecret(g, key)[member.CredentialsPasswordKey]
 	g.Expect(pw).NotTo(Equal(old))
 	e.expectRotated(g, ns, "orders", "c1", pw)
-	for _, m := range []string{"m1", "m2"} {
-		var s corev1.Secret
-		g.Expect(e.member(m).Get(e.ctx, key, &s)).To(Succeed())
-		g.Expect(s.Type).To(Equal(corev1.SecretTypeBasicAuth), "the Secret CloudNativePG reads, in %s", m)
-		g.Expect(e.clusterGeneration(g, m, ns, "orders")).To(Equal(generations[m]), "the Cluster in %s is not rewritten", m)
-	}
+	g.Eventually(func(g Gomega) {
+		for _, m := range []string{"m1", "m2"} {
+			var s corev1.Secret
+			g.Expect(e.member(m).Get(e.ctx, key, &s)).To(Succeed())
+			g.Expect(s.Type).To(Equal(corev1.SecretTypeBasicAuth), "the Secret CloudNativePG reads, in %s", m)
+			g.Expect(s.Labels).To(HaveKey("cnpg.io/reload"), "CloudNativePG watches the Secret in %s", m)
+			u := member.NewCNPGCluster()
+			g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "orders"}, u)).To(Succeed())
+			g.Expect(member.CNPGSecretVersions(u)).To(HaveKeyWithValue("orders-credentials", s.ResourceVersion),
+				"CloudNativePG in %s took the Secret with the new password", m)
+			g.Expect(u.GetGeneration()).To(Equal(generations[m]), "the Cluster in %s is not rewritten", m)
+		}
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
 
 // clusterGeneration is metadata.generation of the CloudNativePG Cluster in a member.

@@ -185,7 +185,7 @@ func testCredentialsGuard(t *testing.T, e *env) {
 	g.Expect(string(s3.Data["password"])).To(Equal("the-password-its-data-uses"))
 }
 
-// testCredentialsRetained (item 1, README's workaround): a Database deleted
+// testCredentialsRetained (item 1, the workaround in docs/data-safety.md): a Database deleted
 // with Retain and created again runs on the retained data with the retained
 // password once the released Secret is labelled as this hub's again.
 func testCredentialsRetained(t *testing.T, e *env) {

@@ -1,7 +1,7 @@
 // Package scale holds the results of the benchmark's scale mode (fleets of
 // growing member counts, each grown in Database steps) as they are written
 // to JSON, and the least-squares fit of the hub's costs over members and
-// Databases that docs/scale.md extrapolates from.
+// Databases that docs/reports/scale.md extrapolates from.
 package scale
 
 import (
@@ -301,7 +301,7 @@ type Figure struct {
 	Value func(*Step) (float64, bool)
 }
 
-// Figures are the quantities docs/scale.md fits and extrapolates.
+// Figures are the quantities docs/reports/scale.md fits and extrapolates.
 var Figures = []Figure{
 	{"cpu-rest", "hub CPU at rest", "cores", func(s *Step) (float64, bool) { return s.Rest.CPUCores, s.Rest.Seconds > 0 }},
 	{"heap", "hub heap (least of 10 samples)", "MiB", func(s *Step) (float64, bool) { return s.HeapMiB, s.HeapMiB > 0 }},

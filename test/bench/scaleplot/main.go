@@ -1,9 +1,9 @@
 // Command scaleplot turns the JSON of benchmark scale runs (make
 // bench-scale) into PNG plots and a Markdown table of the least-squares fit
 // of the hub's costs (marginal cost per member and per Database) with the
-// extrapolation to a target fleet size. See docs/scale.md.
+// extrapolation to a target fleet size. See docs/reports/scale.md.
 //
-//	go run ./test/bench/scaleplot -in docs/scale/run-a.json,docs/scale/run-b.json -out docs/scale/
+//	go run ./test/bench/scaleplot -in docs/reports/scale/run-a.json,docs/reports/scale/run-b.json -out docs/reports/scale/
 package main
 
 import (

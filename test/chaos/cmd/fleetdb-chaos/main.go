@@ -4,7 +4,7 @@
 // it (and a JSON one beside it) when -report is set, and exits 1 on any
 // finding.
 //
-//	go run ./test/chaos/cmd/fleetdb-chaos [-cycles 100] [-seed N] [-members 2] [-report docs/chaos-run.md]
+//	go run ./test/chaos/cmd/fleetdb-chaos [-cycles 100] [-seed N] [-members 2] [-report docs/reports/chaos-run.md]
 //
 // Replay a run with its seed: -seed N -cycles M.
 package main
