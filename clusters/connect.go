@@ -113,6 +113,8 @@ type connectResult struct {
 	// unreachable is true when the preflight failed: the member did not
 	// answer as it should, so a passing probe is worth an early retry.
 	unreachable bool
+	// clusterID is the member cluster's identity, when the preflight read it.
+	clusterID string
 }
 
 // connect makes one bounded attempt to connect to the member of r and engage
@@ -158,6 +160,27 @@ func (p *Provider) connect(name string, r *run) {
 		attemptCancel()
 		return
 	}
+	var movedFrom string // the identity m had before, when it changed
+	if res.clusterID != "" {
+		if old := m.identity(); old != "" && old != res.clusterID {
+			movedFrom = old
+		}
+		r.clusterID, m.recordedID = res.clusterID, res.clusterID
+	}
+	// One cluster, one writer: checked again under the lock that engaging
+	// is decided under, so two registrations connecting at once cannot
+	// both engage.
+	var evict []*member
+	if res.err == nil {
+		first, losers := p.sameCluster(m, res.clusterID)
+		if first != m {
+			f := duplicateFailure(res.clusterID, first.name)
+			res.err = &f
+			attemptCancel()
+		} else {
+			evict = losers
+		}
+	}
 	if res.err != nil {
 		r.connectErr = res.err
 		r.attempts++
@@ -178,7 +201,18 @@ func (p *Provider) connect(name string, r *run) {
 	_, notify := m.refresh(now, p.opts.FailureGracePeriod)
 	aware := p.aware
 	retryIn := r.nextAttempt.Sub(now)
+	evicted := make([]evictee, 0, len(evict))
+	for _, l := range evict {
+		evicted = append(evicted, evictee{name: l.name, run: l.run, cl: l.run.cl})
+	}
 	p.mu.Unlock()
+	// The kubeconfig now reaches another cluster: registrations refused
+	// for the one it reached before may be first now.
+	p.retryDuplicatesOf(movedFrom)
+	for _, l := range evicted {
+		p.disengage(l.name, l.run, l.cl, duplicateFailure(res.clusterID, name),
+			"Member cluster is registered already under an older MemberCluster; disengaged it")
+	}
 
 	if res.err != nil {
 		log.Info("Connecting to member cluster failed", "reason", res.err.reason, "message", res.err.message, "retryIn", retryIn)
@@ -210,6 +244,24 @@ func (p *Provider) dial(clusterCtx context.Context, stop context.CancelFunc, nam
 	}
 	if pr.err != nil {
 		return connectResult{err: pr.err, unreachable: true}
+	}
+	id, bad := readClusterID(ctx, r.prober, p.opts.ProbeTimeout)
+	if bad != nil {
+		return connectResult{err: bad}
+	}
+	// A later registration of a cluster the hub uses already is refused
+	// before anything is built for it (connect checks again, under lock).
+	p.mu.Lock()
+	var dup *failure
+	if m := p.members[name]; m != nil {
+		if first, _ := p.sameCluster(m, id); first != m {
+			f := duplicateFailure(id, first.name)
+			dup = &f
+		}
+	}
+	p.mu.Unlock()
+	if dup != nil {
+		return connectResult{err: dup, clusterID: id}
 	}
 
 	opts := append([]cluster.Option{func(o *cluster.Options) {
@@ -256,13 +308,19 @@ func (p *Provider) dial(clusterCtx context.Context, stop context.CancelFunc, nam
 			message: fmt.Sprintf("the member's caches did not sync within %s", p.opts.ConnectTimeout),
 		}, unreachable: true}
 	}
-	return connectResult{cl: cl, version: pr.version, backends: pr.backends}
+	return connectResult{cl: cl, version: pr.version, backends: pr.backends, clusterID: id}
 }
 
 // lost records that the member's engaged (or pending) cluster died under us
 // (its Start failed, or engaging it did): the cluster is disengaged and a new
 // connect is scheduled with backoff.
 func (p *Provider) lost(name string, r *run, cl cluster.Cluster, err error) {
+	p.disengage(name, r, cl, classify(err, 0), "Member cluster stopped, disengaged it; reconnecting with backoff")
+}
+
+// disengage disengages the member's engaged (or pending) cluster cl of run
+// r for reason f and schedules a new connect with backoff.
+func (p *Provider) disengage(name string, r *run, cl cluster.Cluster, f failure, why string) {
 	now := time.Now()
 	p.mu.Lock()
 	m := p.members[name]
@@ -272,7 +330,6 @@ func (p *Provider) lost(name string, r *run, cl cluster.Cluster, err error) {
 	}
 	cancel := r.clCancel
 	r.cl, r.clCancel = nil, nil
-	f := classify(err, 0)
 	r.connectErr = &f
 	r.attempts++
 	r.nextAttempt = now.Add(backoff(r.attempts))
@@ -282,7 +339,7 @@ func (p *Provider) lost(name string, r *run, cl cluster.Cluster, err error) {
 	if cancel != nil {
 		cancel()
 	}
-	ctrl.LoggerFrom(r.ctx).Error(err, "Member cluster stopped, disengaged it; reconnecting with backoff")
+	ctrl.LoggerFrom(r.ctx).Info(why, "reason", f.reason, "message", f.message)
 	p.enqueue(name)
 	if notify {
 		p.notify(name)

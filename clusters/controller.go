@@ -129,6 +129,7 @@ func (p *Provider) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 	if !p.started() {
 		return reconcile.Result{RequeueAfter: notStartedRetry}, nil
 	}
+	p.registered(mc)
 
 	data, problem, err := p.readKubeconfig(ctx, mc)
 	if err != nil {
@@ -290,4 +291,5 @@ func (p *Provider) remove(ctx context.Context, name string) {
 	}
 	ctrl.LoggerFrom(ctx).Info("MemberCluster is gone, disengaged member cluster")
 	p.notify(name)
+	p.retryDuplicatesOf(m.identity())
 }

@@ -40,11 +40,20 @@ type view struct {
 	backends      []fleetv1alpha1.Backend
 	engaged       bool
 	lastProbe     time.Time
+	// clusterID is the member cluster's identity (kube-system uid).
+	clusterID string
 }
 
 // member is one MemberCluster the provider knows.
 type member struct {
 	name string
+	// created is the MemberCluster's creationTimestamp: of two
+	// registrations of one cluster the older is used (sameCluster).
+	created time.Time
+	// recordedID is the cluster identity in the MemberCluster's status
+	// (a run's own reading takes precedence): after a hub restart, the
+	// registration in use is known before it connects again.
+	recordedID string
 	// hash is the sha256 of the kubeconfig bytes last acted on; "" when the
 	// Secret or its key is missing.
 	hash string
@@ -82,6 +91,8 @@ type run struct {
 	probeErr     *failure
 	version      string
 	backends     []fleetv1alpha1.Backend
+	// clusterID is the identity the last connect read (kube-system uid).
+	clusterID string
 }
 
 // computeView derives the member's conditions from its state at now.
@@ -95,7 +106,7 @@ func (m *member) computeView(now time.Time, grace time.Duration) view {
 	var v view
 	r := m.run
 	if r != nil {
-		v.version, v.lastProbe, v.engaged, v.backends = r.version, r.lastProbe, r.cl != nil, r.backends
+		v.version, v.lastProbe, v.engaged, v.backends, v.clusterID = r.version, r.lastProbe, r.cl != nil, r.backends, r.clusterID
 	}
 	switch {
 	case m.problem != nil:
@@ -128,7 +139,7 @@ func (m *member) refresh(now time.Time, grace time.Duration) (statusChanged, not
 	v := m.computeView(now, grace)
 	old := m.view
 	backendsChanged := !slices.Equal(v.backends, old.backends)
-	statusChanged = v.joined != old.joined || v.ready != old.ready || v.version != old.version || backendsChanged
+	statusChanged = v.joined != old.joined || v.ready != old.ready || v.version != old.version || backendsChanged || v.clusterID != old.clusterID
 	wasReady, isReady := old.ready.status == metav1.ConditionTrue, v.ready.status == metav1.ConditionTrue
 	// Leaving "not known yet" (the first connect failed) is news too: a
 	// hub that just started shows the members it has not reached yet as

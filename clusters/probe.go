@@ -67,6 +67,30 @@ func preflightAPI(ctx context.Context, rc rest.Interface, timeout time.Duration)
 	return nil
 }
 
+// readClusterID returns the member cluster's identity: the uid of its
+// kube-system Namespace (the hub's identity in the member may get
+// Namespaces: deploy/member).
+func readClusterID(ctx context.Context, rc rest.Interface, timeout time.Duration) (string, *failure) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var code int
+	body, err := rc.Get().AbsPath("/api/v1/namespaces/kube-system").Do(ctx).StatusCode(&code).Raw()
+	if err != nil {
+		f := classify(err, code)
+		f.message = truncate("reading the kube-system Namespace (the cluster's identity): " + f.message)
+		return "", &f
+	}
+	var ns struct {
+		Metadata struct {
+			UID string `json:"uid"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(body, &ns); err != nil || ns.Metadata.UID == "" {
+		return "", &failure{reason: fleetv1alpha1.ReasonNotReady, message: "the member's kube-system Namespace has no uid"}
+	}
+	return ns.Metadata.UID, nil
+}
+
 // classify maps an error talking to a member (and the HTTP status code it
 // answered with, 0 when it did not answer) to a condition reason.
 func classify(err error, code int) failure {

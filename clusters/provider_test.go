@@ -52,8 +52,10 @@ func TestProvider(t *testing.T) {
 	}
 	// Shown by go test on failure or with -v.
 	ctrl.SetLogger(funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, time.Now().Format(time.TimeOnly), prefix, args) }, funcr.Options{}))
-	f := fleet.Start(t, fleet.Options{Members: []string{"m1", "m2"}})
-	s := &providerSuite{h: startHarness(t, f), m1: f.Member("m1"), m2: f.Member("m2")}
+	// m3 is for "late": a second registration of m1's or m2's cluster would
+	// be refused as DuplicateCluster.
+	f := fleet.Start(t, fleet.Options{Members: []string{"m1", "m2", "m3"}, WithoutCNPG: []string{"m3"}})
+	s := &providerSuite{h: startHarness(t, f), m1: f.Member("m1"), m2: f.Member("m2"), m3: f.Member("m3")}
 	t.Run("a MemberCluster with its Secret is engaged and Ready", s.testEngaged)
 	t.Run("a garbage kubeconfig is InvalidKubeconfig and leaves the others alone", s.testGarbageKubeconfig)
 	t.Run("a kubeconfig pointing at a closed port is Unreachable", s.testClosedPort)
@@ -67,8 +69,8 @@ func TestProvider(t *testing.T) {
 
 // providerSuite is what the steps of TestProvider share.
 type providerSuite struct {
-	h      *harness
-	m1, m2 *fleet.ControlPlane
+	h          *harness
+	m1, m2, m3 *fleet.ControlPlane
 	// m1Cluster is the cluster the first step engaged for m1.
 	m1Cluster cluster.Cluster
 }
@@ -138,11 +140,11 @@ func (s *providerSuite) testBogusToken(t *testing.T) {
 
 // testMissingSecret: a missing Secret is reported and the member engages once it appears.
 func (s *providerSuite) testMissingSecret(t *testing.T) {
-	h, m2 := s.h, s.m2
+	h, m3 := s.h, s.m3
 	g := NewWithT(t)
 	h.createMemberCluster(t, "late")
 	h.eventuallyConditions(t, "late", cond(fleetv1alpha1.MemberConditionJoined, metav1.ConditionFalse, fleetv1alpha1.ReasonSecretNotFound))
-	h.createSecret(t, "late", m2.Kubeconfig)
+	h.createSecret(t, "late", m3.Kubeconfig)
 	h.eventuallyConditions(t, "late", cond(fleetv1alpha1.MemberConditionJoined, metav1.ConditionTrue, fleetv1alpha1.ReasonJoined),
 		cond(fleetv1alpha1.MemberConditionReady, metav1.ConditionTrue, fleetv1alpha1.ReasonProbeSucceeded))
 	g.Expect(h.provider.Get(h.ctx, "late")).NotTo(BeNil())

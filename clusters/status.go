@@ -41,6 +41,10 @@ func setStatus(mc *fleetv1alpha1.MemberCluster, v view) bool {
 		mc.Status.Backends = slices.Clone(v.backends)
 		changed = true
 	}
+	if v.clusterID != "" && v.clusterID != mc.Status.ClusterID {
+		mc.Status.ClusterID = v.clusterID
+		changed = true
+	}
 	// An unreachable member keeps the last version it reported.
 	if v.version != "" && v.version != mc.Status.KubernetesVersion {
 		mc.Status.KubernetesVersion = v.version

@@ -130,7 +130,11 @@ for d in "$@"; do
 done
 step=mysqldump
 if [ "$#" -gt 0 ]; then
-  mysqldump --defaults-file="$tmpd/client.cnf" --single-transaction --routines --events --triggers --hex-blob --databases "$@" >"$work/databases.sql"
+  # "--" ends the options: a database named like an option (--no-data)
+  # is a name, not a flag that empties or redirects the dump (mysqldump's
+  # option parser, my_getopt, reads "--" as the end of the options; shown
+  # against MariaDB by test/engines TestMySQLBackupOptionLikeName).
+  mysqldump --defaults-file="$tmpd/client.cnf" --single-transaction --routines --events --triggers --hex-blob --databases -- "$@" >"$work/databases.sql"
 else
   echo "-- fleetdb: no user databases" >"$work/databases.sql"
 fi

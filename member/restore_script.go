@@ -86,13 +86,28 @@ SQL
     exit 6
   fi
   step="pg_restore of $(basename "$dump")"
-  pg_restore -w --no-owner --no-privileges --single-transaction --exit-on-error -d "$name" "$dump"
+  # pg_restore -d reads a value with "=" (or a postgresql:// URI) as a
+  # connection string, so a database named "host=... dbname=..." would
+  # send the restore, and the password, elsewhere. The name goes in as
+  # the dbname keyword's single-quoted value, with \ and ' escaped
+  # (libpq's connection string syntax; shown against PostgreSQL by
+  # test/engines TestPostgresRestoreConnectionStringName).
+  conninfo="dbname='$(printf '%s' "$name" | sed "s/[\\']/\\\\&/g")'"
+  pg_restore -w --no-owner --no-privileges --single-transaction --exit-on-error -d "$conninfo" "$dump"
   count=$((count + 1))
 done
 step=globals
 if [ -f "$BACKUP_DIR/globals.sql" ]; then
-  # Roles that exist already, or that the user may not create, are skipped.
-  q -v ON_ERROR_STOP=0 -f "$BACKUP_DIR/globals.sql" >/dev/null 2>&1 || true
+  # pg_dumpall --globals-only writes one statement a line. Each goes on its
+  # own with psql -c, which sends a string that does not start with a
+  # backslash to the server as it is: no psql meta-command of the file runs
+  # (psql -f would run \! as a shell command in the Job; shown against
+  # PostgreSQL by test/engines TestPostgresRestoreRunsNoMetaCommand). Roles
+  # that exist already, or that the user may not create, are skipped.
+  while IFS= read -r line || [ -n "$line" ]; do
+    case "$line" in ''|--*|\\*) continue;; esac
+    q -c "$line" >/dev/null 2>&1 || true
+  done <"$BACKUP_DIR/globals.sql"
 fi
 printf '{"phase":"Succeeded","databases":%d}\n' "$count" >"$RESULT_FILE"
 cat "$RESULT_FILE"
@@ -127,7 +142,12 @@ fi
 my -e 'CREATE DATABASE IF NOT EXISTS fleetdb_restore'
 step="load databases.sql"
 [ -f "$BACKUP_DIR/databases.sql" ] || exit 4
-my <"$BACKUP_DIR/databases.sql"
+# --binary-mode: the client runs no client command of the file (\! runs a
+# shell command, \. reads another file) but delimiter and charset, which
+# mysqldump's routines and triggers need; a dump (or a name in one of
+# its comments) cannot run anything in the restore Job (shown against
+# MariaDB by test/engines TestMySQLRestoreRunsNoClientCommand).
+my --binary-mode <"$BACKUP_DIR/databases.sql"
 step="finish"
 my -e 'DROP DATABASE fleetdb_restore'
 count=$(user_dbs | grep -c . || true)

@@ -165,7 +165,20 @@ type MemberClusterStatus struct {
 	// LastProbeTime is when the hub last probed the member.
 	// +optional
 	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
+	// ClusterID is the member cluster's identity as the hub read it: the
+	// uid of its kube-system Namespace. Two MemberClusters with the same
+	// ClusterID are one cluster registered twice: the older registration
+	// (creationTimestamp, then name) is used, the other is not Ready
+	// (reason DuplicateCluster) and the hub writes nothing through it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	ClusterID string `json:"clusterID,omitempty"`
 }
+
+// ReasonDuplicateCluster: the member's cluster is registered already under
+// another MemberCluster (the same kube-system Namespace uid), which the hub
+// uses; it does not connect through this one.
+const ReasonDuplicateCluster = "DuplicateCluster"
 
 // MemberCluster is a member cluster in the hub's registry.
 //

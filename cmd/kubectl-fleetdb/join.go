@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -48,7 +49,23 @@ type joinOptions struct {
 	replicationPort  int32
 	timeout          secondsOrDuration
 	wait             bool
+	// noNamespaceSelector clears the namespace selector join set.
+	noNamespaceSelector bool
+	// given are the tenancy and replication flags on the command line:
+	// only those change the registration; the settings of an earlier
+	// join that are not given again are kept.
+	given map[string]bool
 }
+
+// The flags that set a part of the registration.
+const (
+	flagLabels              = "labels"
+	flagAllNamespaces       = "all-namespaces"
+	flagNamespaceLabels     = "namespace-labels"
+	flagNoNamespaceSelector = "no-namespace-selector"
+	flagReplicationHost     = "replication-host-template"
+	flagReplicationPort     = "replication-port"
+)
 
 func newJoinCommand(o *options) *cobra.Command {
 	j := &joinOptions{options: o, replicationPort: fleetv1alpha1.DefaultReplicationPort, timeout: secondsOrDuration(2 * time.Minute), wait: true}
@@ -61,10 +78,14 @@ long-lived token), waits for the token, writes a kubeconfig for that identity on
 the hub as Secret <hub-namespace>/NAME-kubeconfig, applies the MemberCluster NAME
 and waits until the hub reports it Ready.
 
-Run it again to change labels, the namespace selector or the replication address,
-or to hand the hub a rotated token: the MemberCluster is applied as a whole, so
-labels and settings dropped from the command line are removed (labels others set
-are kept, and so is a cordon). Nothing is written to your kubeconfigs.
+Run it again to hand the hub a rotated token, or to change labels, the namespace
+selector or the replication address: only the flags given change the
+registration, and what an earlier join set and is not given again is kept
+(labels, namespace selector, replication address; labels others set and a
+cordon are never join's). --labels gives the exact set of join's labels
+(--labels "" removes them), --no-namespace-selector removes the namespace
+selector, --replication-host-template "" removes the replication address.
+Nothing is written to your kubeconfigs.
 
 --server is the member's API address as the hub reaches it (default: the server
 of the member kubeconfig's context); on kind it is https://<cluster>-control-plane:6443.
@@ -82,18 +103,25 @@ Databases on the member until a platform admin sets spec.namespaceSelector.`,
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, _ []string) error { return j.run(cmd.Context()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			j.given = map[string]bool{}
+			for _, name := range []string{flagLabels, flagAllNamespaces, flagNamespaceLabels, flagNoNamespaceSelector, flagReplicationHost, flagReplicationPort} {
+				j.given[name] = cmd.Flags().Changed(name)
+			}
+			return j.run(cmd.Context())
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&j.name, "name", "", "the member's name (same as NAME)")
 	f.StringVar(&j.memberKubeconfig, "member-kubeconfig", "", "admin kubeconfig of the member (required)")
 	f.StringVar(&j.memberContext, "member-context", "", "context of --member-kubeconfig (default: its current context)")
 	f.StringVar(&j.server, "server", "", "the member API server's address as the hub reaches it (default: the member kubeconfig's)")
-	f.StringVar(&j.labels, "labels", "", "the MemberCluster's labels, k=v,... (exactly these: labels dropped here are removed)")
-	f.BoolVar(&j.allNamespaces, "all-namespaces", false, "let Databases of every hub namespace use the member (spec.namespaceSelector: {})")
-	f.StringVar(&j.namespaceLabels, "namespace-labels", "", "let only hub namespaces with these labels (k=v,...) use the member")
-	f.StringVar(&j.replicationHost, "replication-host-template", "", "spec.replication.hostTemplate, e.g. '$(DATABASE)-rw.$(NAMESPACE).eu-1.example.net'")
-	f.Int32Var(&j.replicationPort, "replication-port", fleetv1alpha1.DefaultReplicationPort, "spec.replication.port")
+	f.StringVar(&j.labels, flagLabels, "", "the MemberCluster's labels, k=v,... (exactly these: join's labels dropped here are removed; not given: kept)")
+	f.BoolVar(&j.allNamespaces, flagAllNamespaces, false, "let Databases of every hub namespace use the member (spec.namespaceSelector: {})")
+	f.StringVar(&j.namespaceLabels, flagNamespaceLabels, "", "let only hub namespaces with these labels (k=v,...) use the member")
+	f.BoolVar(&j.noNamespaceSelector, flagNoNamespaceSelector, false, "remove the namespace selector an earlier join set (no hub namespace may place Databases)")
+	f.StringVar(&j.replicationHost, flagReplicationHost, "", "spec.replication.hostTemplate, e.g. '$(DATABASE)-rw.$(NAMESPACE).eu-1.example.net' (\"\": remove spec.replication)")
+	f.Int32Var(&j.replicationPort, flagReplicationPort, fleetv1alpha1.DefaultReplicationPort, "spec.replication.port")
 	f.Var(&j.timeout, "timeout", "how long to wait for the member's token and for the member to become Ready (seconds, or a duration such as 2m)")
 	f.BoolVar(&j.wait, "wait", true, "wait until the hub reports the member Ready (false when no hub runs yet)")
 	// The removed hack/join-member.sh's names for the hub's kubeconfig and context.
@@ -118,6 +146,9 @@ func (j *joinOptions) validate() (labels map[string]string, nsSelector *metav1.L
 	}
 	if j.allNamespaces && j.namespaceLabels != "" {
 		return nil, nil, usagef("--all-namespaces and --namespace-labels exclude each other")
+	}
+	if j.noNamespaceSelector && (j.allNamespaces || j.namespaceLabels != "") {
+		return nil, nil, usagef("--no-namespace-selector excludes --all-namespaces and --namespace-labels")
 	}
 	if labels, err = parseLabels("--labels", j.labels); err != nil {
 		return nil, nil, err
@@ -217,10 +248,11 @@ func (j *joinOptions) run(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(out, "join: registering MemberCluster %s\n", j.name)
-	if err := j.applyMemberCluster(ctx, hub, labels, nsSelector, clusterID); err != nil {
+	hasSelector, err := j.applyMemberCluster(ctx, hub, labels, nsSelector, clusterID)
+	if err != nil {
 		return err
 	}
-	if nsSelector == nil {
+	if !hasSelector {
 		fmt.Fprintf(out, "join: no --all-namespaces or --namespace-labels: no hub namespace may place Databases on %s yet (set spec.namespaceSelector)\n", j.name)
 	}
 	if !j.wait {
@@ -372,9 +404,42 @@ func (j *joinOptions) refuseDuplicate(ctx context.Context, member, hub client.Cl
 	return id, nil
 }
 
-func (j *joinOptions) applyMemberCluster(ctx context.Context, hub client.Client, labels map[string]string, nsSelector *metav1.LabelSelector, clusterID string) error {
+// applyMemberCluster applies the MemberCluster: the settings whose flags
+// were given as given, and what an earlier join set for the others as it
+// is (a server-side apply removes the fields join owned and leaves out, so
+// join run again without --namespace-labels to rotate the token would drop
+// the selector, and the hub would tear down the Databases placed by it).
+// It returns whether the MemberCluster has a namespace selector.
+func (j *joinOptions) applyMemberCluster(ctx context.Context, hub client.Client, labels map[string]string, nsSelector *metav1.LabelSelector, clusterID string) (bool, error) {
+	prior := &unstructured.Unstructured{}
+	prior.SetGroupVersionKind(fleetv1alpha1.GroupVersion.WithKind("MemberCluster"))
+	err := j.call(ctx, func(ctx context.Context) error { return hub.Get(ctx, types.NamespacedName{Name: j.name}, prior) })
+	switch {
+	case meta.IsNoMatchError(err):
+		return false, fmt.Errorf("the MemberCluster CRD is not installed on the hub (kubectl apply -k deploy/crds): %w", err)
+	case apierrors.IsNotFound(err):
+		prior = nil
+	case err != nil:
+		return false, fmt.Errorf("reading MemberCluster %s: %w", j.name, err)
+	}
+	owned := joinOwned(prior)
 	spec := map[string]any{
 		"kubeconfigSecretRef": map[string]any{"name": j.name + "-kubeconfig", "key": "kubeconfig"},
+	}
+	keep := func(field string) {
+		if v, ok, _ := unstructured.NestedFieldNoCopy(prior.Object, "spec", field); ok && owned.has("f:spec", "f:"+field) {
+			spec[field] = v
+		}
+	}
+	if !j.given[flagAllNamespaces] && !j.given[flagNamespaceLabels] && !j.given[flagNoNamespaceSelector] && prior != nil {
+		keep("namespaceSelector")
+	}
+	if !j.given[flagLabels] && prior != nil {
+		for k, v := range prior.GetLabels() {
+			if owned.has("f:metadata", "f:labels", "f:"+k) {
+				labels[k] = v
+			}
+		}
 	}
 	if nsSelector != nil {
 		sel := map[string]any{}
@@ -387,8 +452,16 @@ func (j *joinOptions) applyMemberCluster(ctx context.Context, hub client.Client,
 		}
 		spec["namespaceSelector"] = sel
 	}
-	if j.replicationHost != "" {
+	switch {
+	case j.replicationHost != "":
 		spec["replication"] = map[string]any{"hostTemplate": j.replicationHost, "port": int64(j.replicationPort)}
+	case j.given[flagReplicationHost] || prior == nil:
+	case j.given[flagReplicationPort]:
+		if host, ok, _ := unstructured.NestedString(prior.Object, "spec", "replication", "hostTemplate"); ok && host != "" && owned.has("f:spec", "f:replication") {
+			spec["replication"] = map[string]any{"hostTemplate": host, "port": int64(j.replicationPort)}
+		}
+	default:
+		keep("replication")
 	}
 	lbls := map[string]any{}
 	for k, v := range labels {
@@ -400,13 +473,51 @@ func (j *joinOptions) applyMemberCluster(ctx context.Context, hub client.Client,
 			"annotations": map[string]any{fleetv1alpha1.AnnotationClusterID: clusterID}},
 		"spec": spec,
 	}}
-	err := j.call(ctx, func(ctx context.Context) error {
+	err = j.call(ctx, func(ctx context.Context) error {
 		return hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(mc), client.FieldOwner(FieldManager), client.ForceOwnership)
 	})
 	if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
-		return fmt.Errorf("the MemberCluster CRD is not installed on the hub (kubectl apply -k deploy/crds): %w", err)
+		return false, fmt.Errorf("the MemberCluster CRD is not installed on the hub (kubectl apply -k deploy/crds): %w", err)
 	}
-	return err
+	_, hasSelector := spec["namespaceSelector"]
+	if !hasSelector && prior != nil {
+		_, hasSelector, _ = unstructured.NestedFieldNoCopy(prior.Object, "spec", "namespaceSelector")
+		hasSelector = hasSelector && !j.given[flagNoNamespaceSelector]
+	}
+	return hasSelector, err
+}
+
+// fieldSet is a managedFields entry's field set (FieldsV1 JSON).
+type fieldSet map[string]any
+
+// has tells whether the set holds the path (or a field under it).
+func (f fieldSet) has(path ...string) bool {
+	cur := map[string]any(f)
+	for _, p := range path {
+		next, ok := cur[p].(map[string]any)
+		if !ok {
+			return false
+		}
+		cur = next
+	}
+	return true
+}
+
+// joinOwned is the set of fields join's server-side apply owns in obj.
+func joinOwned(obj *unstructured.Unstructured) fieldSet {
+	if obj == nil {
+		return nil
+	}
+	for _, m := range obj.GetManagedFields() {
+		if m.Manager != FieldManager || m.Operation != metav1.ManagedFieldsOperationApply || m.Subresource != "" || m.FieldsV1 == nil {
+			continue
+		}
+		var fs fieldSet
+		if err := json.Unmarshal(m.FieldsV1.Raw, &fs); err == nil {
+			return fs
+		}
+	}
+	return nil
 }
 
 // waitForReady waits until the hub reports the MemberCluster Ready.

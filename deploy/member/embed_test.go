@@ -25,6 +25,8 @@ func TestRender(t *testing.T) {
 		"ClusterRoleBinding//fleetdb-hub-agent",
 		"ValidatingAdmissionPolicy//fleetdb-hub-agent-scope",
 		"ValidatingAdmissionPolicyBinding//fleetdb-hub-agent-scope",
+		"ValidatingAdmissionPolicy//fleetdb-hub-agent-pods",
+		"ValidatingAdmissionPolicyBinding//fleetdb-hub-agent-pods",
 	} {
 		if !got[want] {
 			t.Errorf("missing %s in %v", want, got)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,10 @@ type envOptions struct {
 	withoutCNPG []string
 	// hubWrap, when set, wraps the transport of the hub manager's hub client.
 	hubWrap func(http.RoundTripper) http.RoundTripper
+	// unregistered are members started but not registered on the hub (a
+	// test registers them under a name of its own: one cluster registered
+	// under two names is refused, DuplicateCluster).
+	unregistered []string
 }
 
 func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
@@ -83,14 +88,18 @@ func startEnvWith(t *testing.T, opts envOptions, members ...string) *env {
 		e.proxies[m.Name] = p
 		kc, err := fleet.KubeconfigVia(m.Kubeconfig, p.Addr())
 		g.Expect(err).NotTo(HaveOccurred())
-		e.register(m.Name, kc, map[string]string{"name": m.Name})
+		if !slices.Contains(opts.unregistered, m.Name) {
+			e.register(m.Name, kc, map[string]string{"name": m.Name})
+		}
 	}
 
 	e.startHub(opts)
 	e.sim = newSimulator(e)
 	go e.sim.run(e.ctx)
 	for _, m := range f.Members {
-		e.waitMemberReady(m.Name)
+		if !slices.Contains(opts.unregistered, m.Name) {
+			e.waitMemberReady(m.Name)
+		}
 	}
 	return e
 }

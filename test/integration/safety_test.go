@@ -21,8 +21,11 @@ import (
 // 3, 4, 8, 10, 12) on one fleet of a hub and three members; each subtest
 // uses its own namespace. The fairness subtest hangs members and runs last.
 func TestSafety(t *testing.T) {
-	e := startEnvWith(t, envOptions{}, "s1", "s2", "s3")
-	for _, m := range []string{"s1", "s2", "s3"} {
+	// s4 and s5 are registered by the subtests under names of their own (a
+	// second registration of s1-s3 would be refused as DuplicateCluster).
+	extra := []string{"s4", "s5"}
+	e := startEnvWith(t, envOptions{unregistered: extra, withoutCNPG: extra}, "s1", "s2", "s3", "s4", "s5")
+	for _, m := range []string{"s1", "s2", "s3", "s4", "s5"} {
 		e.sim.enable(m, true)
 	}
 	t.Run("credentials are recovered from any member that holds them", func(t *testing.T) { testCredentialsAnyMember(t, e) })
@@ -321,7 +324,7 @@ func testPVCAfterStatefulSet(t *testing.T, e *env) {
 func testMemberRemoved(t *testing.T, e *env) {
 	g := NewWithT(t)
 	ns := e.namespace("removed")
-	kc, err := fleetKubeconfigVia(e, "s3")
+	kc, err := fleetKubeconfigVia(e, "s4")
 	g.Expect(err).NotTo(HaveOccurred())
 	e.register("s3-alias", kc, map[string]string{"alias": "yes"})
 	e.waitMemberReady("s3-alias")
@@ -338,8 +341,8 @@ func testMemberRemoved(t *testing.T, e *env) {
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	g.Eventually(e.eventSeen(ns, fleetv1alpha1.ReasonMemberRemoved, "s3-alias")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	g.Consistently(func(g Gomega) {
-		g.Expect(e.member("s3").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "stay"}, &appsv1.StatefulSet{})).To(Succeed())
-		_, err := e.secretIn("s3", ns, "stay-credentials")
+		g.Expect(e.member("s4").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "stay"}, &appsv1.StatefulSet{})).To(Succeed())
+		_, err := e.secretIn("s4", ns, "stay-credentials")
 		g.Expect(err).NotTo(HaveOccurred())
 	}).WithTimeout(3*time.Second).WithPolling(poll).Should(Succeed(), "nothing is deleted in a member that left")
 }
@@ -406,7 +409,9 @@ func fleetKubeconfigVia(e *env, member string) ([]byte, error) {
 // generation syncs it again.
 func testForbidden(t *testing.T, e *env) {
 	g := NewWithT(t)
-	cp := e.fleet.Member("s2")
+	// s4, registered under this name only (testMemberRemoved's registration
+	// of it is deleted by then).
+	cp := e.fleet.Member("s4")
 	// Reads everywhere, writes to everything but StatefulSets.
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "fleetdb-test-limited"},
@@ -470,17 +475,20 @@ func testForbidden(t *testing.T, e *env) {
 	g.Expect(e.hub.Delete(e.ctx, &fleetv1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: "s2-limited"}})).To(Succeed())
 }
 
-// testFairness (item 10): four members whose writes hang hold at most part
-// of the member-sync workers: a fast member's Database syncs well within one
+// testFairness (item 10): members whose writes hang hold at most part of
+// the member-sync workers: a fast member's Database syncs well within one
 // member call timeout (half of it here; the hung syncs end after a whole
 // one, so a fast member queued behind them would take about that long).
+// Two slow members (two clusters: one cluster registered under several
+// names is refused, DuplicateCluster) reach the hub's cap on hung syncs
+// (per member 8, across members 16 of 32 workers).
 func testFairness(t *testing.T, e *env) {
 	g := NewWithT(t)
 	ns := e.namespace("fair")
-	kc, err := fleetKubeconfigVia(e, "s3")
-	g.Expect(err).NotTo(HaveOccurred())
-	slow := []string{"slow-1", "slow-2", "slow-3", "slow-4"}
-	for _, m := range slow {
+	slow := []string{"slow-1", "slow-2"}
+	for i, m := range slow {
+		kc, err := fleetKubeconfigVia(e, []string{"s4", "s5"}[i])
+		g.Expect(err).NotTo(HaveOccurred())
 		e.writes.Hang(m, true)
 		e.register(m, kc, map[string]string{"speed": "slow"})
 	}
@@ -492,7 +500,7 @@ func testFairness(t *testing.T, e *env) {
 	for _, m := range slow {
 		e.waitMemberReady(m)
 	}
-	// Ten Databases per slow member: more syncs than a member may run at once.
+	// Twenty Databases per slow member: more syncs than a member may run at once.
 	for i := 0; i < 40; i++ {
 		db := newDB(ns, fmt.Sprintf("crowd-%d", i), slow[i%len(slow)])
 		g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())

@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -12,10 +13,12 @@ import (
 // (test/integration: TestSecurity, TestMemberAccess).
 func TestAdmissionPolicies(t *testing.T) {
 	for base, name := range map[string]string{
-		"deploy/hub":    "fleetdb-deletion-protection",
-		"deploy/member": "fleetdb-hub-agent-scope",
+		"deploy/hub":         "fleetdb-deletion-protection",
+		"deploy/member":      "fleetdb-hub-agent-scope",
+		"deploy/member/pods": "fleetdb-hub-agent-pods",
 	} {
-		t.Run(base, func(t *testing.T) {
+		base := strings.TrimSuffix(base, "/pods")
+		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
 			objs := render(t, base)
 			p := mustFind[*admissionregistrationv1.ValidatingAdmissionPolicy](t, objs, "", name)

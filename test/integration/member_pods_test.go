@@ -1,0 +1,173 @@
+package integration
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/member"
+	"github.com/fleetdb/fleetdb/test/fleet"
+)
+
+// TestMemberAgentScope (issue 25, item 11) installs deploy/member in a real
+// member API server with CloudNativePG's Cluster CRD and acts as the hub's
+// identity: what fleetdb renders is admitted (StatefulSet backend objects,
+// backup, restore Jobs, a CloudNativePG Cluster); a CloudNativePG Cluster
+// outside the managed namespaces, a privileged or host-reaching pod
+// template, and a namespace with a label of its own choosing (a Pod Security
+// level) are refused.
+func TestMemberAgentScope(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	g := NewWithT(t)
+	assets, err := fleet.AssetsDir()
+	g.Expect(err).NotTo(HaveOccurred())
+	crd, err := fleet.CNPGClusterCRD()
+	g.Expect(err).NotTo(HaveOccurred())
+	cp, err := fleet.StartControlPlaneWith("member", assets, []string{crd})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = cp.Stop() })
+	ctx := fleet.Context(t)
+	admin := cp.Client
+	installMemberBase(t, ctx, admin)
+	impersonated := rest.CopyConfig(cp.Config)
+	impersonated.Impersonate = rest.ImpersonationConfig{
+		UserName: hubAgent,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:fleetdb-system", "system:authenticated"},
+	}
+	agent, err := client.New(impersonated, client.Options{Scheme: fleet.Scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() bool {
+		err := agent.Create(ctx, configMap("default", "probe"))
+		if err == nil {
+			_ = admin.Delete(ctx, configMap("default", "probe"))
+		}
+		return apierrors.IsForbidden(err)
+	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "the admission policy never took effect")
+	refused := func(err error, what, text string) {
+		t.Helper()
+		g.Expect(err).To(HaveOccurred(), "%s was allowed", what)
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: want Forbidden, got %v", what, err)
+		g.Expect(err.Error()).To(ContainSubstring(text), what)
+	}
+
+	// What fleetdb renders for the StatefulSet backend, and its Jobs.
+	creds := map[string][]byte{member.CredentialsUsernameKey: []byte("app"), member.CredentialsPasswordKey: []byte("pw")}
+	db := &fleetv1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "orders", UID: "u1"},
+		Spec: fleetv1alpha1.DatabaseSpec{Engine: fleetv1alpha1.EnginePostgres, Backend: fleetv1alpha1.BackendStatefulSet, Replicas: 1,
+			Storage: fleetv1alpha1.StorageSpec{Size: resource.MustParse("1Gi")}}}
+	objs, err := member.Render(member.Params{Database: db, Cluster: "m1", Credentials: creds})
+	g.Expect(err).NotTo(HaveOccurred())
+	var sts *appsv1.StatefulSet
+	for _, o := range objs {
+		g.Expect(agent.Create(ctx, o)).To(Succeed(), "%T %s as fleetdb renders it", o, o.GetName())
+		if s, ok := o.(*appsv1.StatefulSet); ok {
+			sts = s
+		}
+	}
+	g.Expect(sts).NotTo(BeNil())
+	backup, err := member.BackupJob(member.BackupParams{Database: db, Kind: fleetv1alpha1.BackupKindFinal, ID: "b1", Attempt: 1, HubID: "h"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(agent.Create(ctx, backup)).To(Succeed(), "the backup Job as fleetdb renders it")
+	copyDB := db.DeepCopy()
+	copyDB.Name, copyDB.UID = "orders-copy", "u2"
+	copyDB.Spec.RestoreFrom = &fleetv1alpha1.RestoreSource{BackupName: "nightly"}
+	restore, err := member.RestoreJob(member.RestoreParams{Database: copyDB, Cluster: "m1", SourceDatabase: "orders", BackupID: "b1", Attempt: 1})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(agent.Create(ctx, restore)).To(Succeed(), "the restore Job as fleetdb renders it")
+	cleanup, err := member.BackupCleanupJob(backup, "orders-cleanup", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(agent.Create(ctx, cleanup)).To(Succeed(), "the backup cleanup Job as fleetdb renders it")
+	rotation, err := member.RotationJob(member.RotationParams{Database: db, Cluster: "m1", Token: "t1", Attempt: 1, StatefulSet: sts})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(agent.Create(ctx, rotation)).To(Succeed(), "the rotation Job as fleetdb renders it")
+	s3DB := db.DeepCopy()
+	s3DB.Spec.Backup = &fleetv1alpha1.BackupSpec{S3: &fleetv1alpha1.S3BackupSpec{Endpoint: "https://s3.example", Bucket: "b", CredentialsSecretName: "s3"}}
+	upload, err := member.BackupJob(member.BackupParams{Database: s3DB, Kind: fleetv1alpha1.BackupKindOnDemand, ID: "b2", Attempt: 1, HubID: "h"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(upload.Spec.Template.Spec.InitContainers).NotTo(BeEmpty(), "a backup with an S3 upload step")
+	g.Expect(agent.Create(ctx, upload)).To(Succeed(), "the backup Job with its S3 upload as fleetdb renders it")
+
+	// Pod templates beyond what fleetdb renders.
+	for what, change := range map[string]func(*corev1.PodSpec){
+		"a privileged container": func(p *corev1.PodSpec) { privileged(&p.Containers[0]) },
+		"an added capability": func(p *corev1.PodSpec) {
+			p.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"SYS_ADMIN"}
+		},
+		"privilege escalation": func(p *corev1.PodSpec) { p.Containers[0].SecurityContext.AllowPrivilegeEscalation = ptrTo(true) },
+		"a root container": func(p *corev1.PodSpec) {
+			p.Containers[0].SecurityContext.RunAsNonRoot = ptrTo(false)
+			p.Containers[0].SecurityContext.RunAsUser = ptrTo(int64(0))
+		},
+		"no seccomp profile": func(p *corev1.PodSpec) {
+			p.SecurityContext.SeccompProfile, p.Containers[0].SecurityContext.SeccompProfile = nil, nil
+		},
+		"a host port":      func(p *corev1.PodSpec) { p.Containers[0].Ports[0].HostPort = 5432 },
+		"the host network": func(p *corev1.PodSpec) { p.HostNetwork = true },
+		"a hostPath volume": func(p *corev1.PodSpec) {
+			p.Volumes = append(p.Volumes, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
+		},
+	} {
+		bad := sts.DeepCopy()
+		bad.ResourceVersion, bad.Name = "", "bad"
+		change(&bad.Spec.Template.Spec)
+		refused(agent.Create(ctx, bad), "a StatefulSet with "+what, "fleetdb-hub-agent-pods")
+	}
+	// An update of fleetdb's own StatefulSet is held to the same rules.
+	var cur appsv1.StatefulSet
+	g.Expect(agent.Get(ctx, client.ObjectKeyFromObject(sts), &cur)).To(Succeed())
+	privileged(&cur.Spec.Template.Spec.Containers[0])
+	refused(agent.Update(ctx, &cur), "making the StatefulSet privileged", "as fleetdb renders them")
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "shell"}, Spec: *backup.Spec.DeepCopy()}
+	job.Spec.Template.Spec.HostPID = true
+	job.Spec.Selector, job.Spec.Template.Labels = nil, nil
+	refused(agent.Create(ctx, job), "a Job in the host's PID namespace", "host namespaces")
+	// The admin is not bound by it.
+	bad := sts.DeepCopy()
+	bad.ResourceVersion, bad.Name = "", "admin-made"
+	privileged(&bad.Spec.Template.Spec.Containers[0])
+	g.Expect(admin.Create(ctx, bad)).To(Succeed())
+
+	// Namespaces: fleetdb's labels only.
+	refused(agent.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-priv", Labels: map[string]string{
+		fleetv1alpha1.LabelManagedNamespace:  fleetv1alpha1.ManagedByValue,
+		"pod-security.kubernetes.io/enforce": "privileged",
+	}}}), "a namespace with Pod Security privileged", "no other labels")
+
+	// CloudNativePG Clusters: in managed namespaces only.
+	cnpgDB := db.DeepCopy()
+	cnpgDB.Name, cnpgDB.UID, cnpgDB.Spec.Backend = "ledger", "u3", fleetv1alpha1.BackendCloudNativePG
+	cobjs, err := member.Render(member.Params{Database: cnpgDB, Cluster: "m1", Credentials: creds})
+	g.Expect(err).NotTo(HaveOccurred())
+	var cluster client.Object
+	for _, o := range cobjs {
+		if o.GetObjectKind().GroupVersionKind().Group == "postgresql.cnpg.io" {
+			cluster = o
+		}
+	}
+	g.Expect(cluster).NotTo(BeNil(), "Render makes a CloudNativePG Cluster")
+	g.Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "unmanaged"}})).To(Succeed())
+	for _, ns := range []string{"kube-system", "unmanaged"} {
+		c := cluster.DeepCopyObject().(client.Object)
+		c.SetNamespace(ns)
+		refused(agent.Create(ctx, c), "a CloudNativePG Cluster in "+ns, "fleetdb.io/managed-namespace")
+	}
+	g.Expect(agent.Create(ctx, cluster)).To(Succeed(), "a CloudNativePG Cluster in a managed namespace")
+	g.Expect(agent.Delete(ctx, cluster)).To(Succeed())
+}
+
+// privileged makes c privileged (the API refuses privileged with
+// allowPrivilegeEscalation false, so that goes).
+func privileged(c *corev1.Container) {
+	c.SecurityContext.Privileged, c.SecurityContext.AllowPrivilegeEscalation = ptrTo(true), nil
+}
