@@ -2,8 +2,9 @@
 # Builds what a real-node member of the local fleet runs (hack/realnode.sh)
 # and prints the folder that holds it:
 #
-#   kubelet, kube-proxy      from the pinned k8s.io/kubernetes module of the control
-#                            plane (test/tools/k8s: Go's build cache is shared with
+#   kubelet, kube-proxy      from the k8s.io/kubernetes version of the control plane
+#                            (test/tools/k8snode, same pins and replaces as
+#                            test/tools/k8s: Go's build cache is shared with
 #                            hack/toolchain.sh)
 #   containerd, ctr,         containerd 2.x from its Go module (test/tools/containerd);
 #   containerd-shim-runc-v2  Kubernetes 1.36 needs containerd 2, Debian's is 1.x
@@ -25,9 +26,9 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools="$root/test/tools"
-key=$(cat "$tools"/k8s/go.mod "$tools"/k8s/go.sum "$tools"/containerd/go.mod "$tools"/containerd/go.sum \
+key=$(cat "$tools"/k8snode/go.mod "$tools"/k8snode/go.sum "$tools"/containerd/go.mod "$tools"/containerd/go.sum \
 	"$tools"/ociimage/go.mod "$tools"/ociimage/main.go "${BASH_SOURCE[0]}" | sha256sum | cut -c1-12)
-k8s_version=$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' "$tools/k8s/go.mod")
+k8s_version=$(awk '$1=="k8s.io/kubernetes" {print $2; exit}' "$tools/k8snode/go.mod")
 parent=${FLEETDB_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fleetdb/tools}
 bin="$parent/realnode-${k8s_version}-${key}"
 
@@ -65,6 +66,7 @@ if ! complete; then
 		tmp="$bin.tmp.$$"
 		rm -rf "$tmp"
 		mkdir -p "$tmp/images"
+		trap 'rm -rf "$tmp"' EXIT
 		flags=(-trimpath -ldflags "-s -w")
 		echo "realnode-tools: building node binaries into $bin (first run takes ~10 minutes)" >&2
 		start=$SECONDS
@@ -76,9 +78,9 @@ if ! complete; then
 			github.com/containerd/containerd/v2/cmd/containerd \
 			github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
 			github.com/containerd/containerd/v2/cmd/ctr)
-		(cd "$tools/k8s" && go build "${flags[@]}" -o "$tmp/" \
+		(cd "$tools/k8snode" && go build "${flags[@]}" -o "$tmp/" \
 			k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
-		k8s=$(moddir k8s "k8s.io/kubernetes@$k8s_version")
+		k8s=$(moddir k8snode "k8s.io/kubernetes@$k8s_version")
 		# The flags of build/pause/Makefile (CFLAGS), with the version it tags.
 		pause_tag=$(awk '$1=="TAG" {print $3}' "$k8s/build/pause/Makefile")
 		gcc -Os -Wall -Werror -static -DVERSION="v$pause_tag-fleetdb" -o "$tmp/pause" "$k8s/build/pause/linux/pause.c"
@@ -101,6 +103,7 @@ if ! complete; then
 
 		rm -rf "$bin"
 		mv "$tmp" "$bin"
+		trap - EXIT
 		echo "realnode-tools: built in $((SECONDS - start))s" >&2
 	fi
 fi
