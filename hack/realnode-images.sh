@@ -25,7 +25,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools="$root/test/tools"
 key=$(cat "$tools"/cnpgoperator/go.mod "$tools"/cnpgoperator/go.sum "${BASH_SOURCE[0]}" | sha256sum | cut -c1-12)
-cnpg_version=$(awk '$1=="require" && $2=="github.com/cloudnative-pg/cloudnative-pg" {print $3}' "$tools/cnpgoperator/go.mod")
+cnpg_version=$(awk '($1=="require" && $2=="github.com/cloudnative-pg/cloudnative-pg") {print $3; exit} $1=="github.com/cloudnative-pg/cloudnative-pg" {print $2; exit}' "$tools/cnpgoperator/go.mod")
 parent=${FLEETDB_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fleetdb/tools}
 out="$parent/realnode-images-cnpg-${cnpg_version}-${key}"
 want=(cnpg-operator.tar postgresql.tar release.yaml)

@@ -10,6 +10,10 @@
 #   hack/realnode.sh down-all       the same for every real node of FLEET_PREFIX
 #   hack/realnode.sh smoke MEMBER   run a pause pod and a busybox pod on the node
 #                                   and reach one through a Service (kube-proxy)
+#   hack/realnode.sh cnpg MEMBER    install the real CloudNativePG operator in
+#                                   MEMBER (images from hack/realnode-images.sh,
+#                                   its release manifest, webhooks live) in place
+#                                   of the kwok Stages that play it
 #   hack/realnode.sh check          list what real nodes of FLEET_PREFIX left on
 #                                   the host; exits 1 when anything is left
 #
@@ -28,7 +32,10 @@
 #   A private mount namespace (with its own /run) holds containerd's and
 #   kubelet's mounts: they go when its last process goes.
 #   State under $FLEET_DIR/realnodes/member-N.
-# Node name: member-N-real, labelled fleetdb.io/real-node=true.
+# Node name: member-N-real, labelled fleetdb.io/real-node=true. The member's
+# simulated (kwok) nodes get the taint fleetdb.io/simulated=true:NoSchedule
+# while it has a real node, so that new pods land on the real one; `down`
+# takes the taint off again.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -325,16 +332,16 @@ up() {
 	wait_for "the namespace holder" 10 sh -c "[ \"\$(readlink /proc/$(cat "$dir/holder.pid")/ns/mnt)\" != \"\$(readlink /proc/self/ns/mnt)\" ] && grep -q ' /run tmpfs' /proc/$(cat "$dir/holder.pid")/mounts"
 	start containerd env PATH="$BIN:$PATH" "$BIN/containerd" --config "$dir/containerd.toml"
 	wait_for "containerd" 60 "$BIN/ctr" --address "$dir/containerd.sock" version
-	local img
-	for img in "$BIN"/images/*.tar; do
-		nsenter --target "$(cat "$dir/holder.pid")" --mount --net -- \
-			"$BIN/ctr" --address "$dir/containerd.sock" -n k8s.io images import --local "$img" >/dev/null
-	done
+	import_images "$BIN"/images/*.tar
 	start kubelet "$BIN/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/kubeconfig" \
 		--root-dir "$dir/kubelet" --hostname-override "$node" --node-ip "$node_ip" \
 		--node-labels "fleetdb.io/real-node=true"
 	start kube-proxy "$BIN/kube-proxy" --config "$dir/kube-proxy.yaml"
 	wait_for "node $node Ready" 180 k wait "node/$node" --for=condition=Ready --timeout=5s
+	local n
+	for n in $(k get nodes -o name); do
+		[ "$n" = "node/$node" ] || k taint --overwrite "$n" fleetdb.io/simulated=true:NoSchedule >/dev/null
+	done
 	trap - ERR
 	echo "realnode: $member: node $node Ready in $((SECONDS - start_s))s" >&2
 }
@@ -358,6 +365,7 @@ down_member() {
 	local h j
 	if [ -n "${KUBECTL:-}" ] && [ -s "$kc" ]; then
 		k delete node "$node" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+		k taint nodes --all fleetdb.io/simulated- >/dev/null 2>&1 || true
 	fi
 	kill_node
 	for h in $(hierarchies); do
@@ -439,6 +447,42 @@ check() {
 	echo "realnode: nothing of $FLEET_PREFIX's real nodes is left on the host" >&2
 }
 
+# import_images loads image archives into the node's containerd (the k8s.io
+# namespace the CRI plugin reads), under the names inside them.
+import_images() {
+	local img
+	for img in "$@"; do
+		nsenter --target "$(cat "$dir/holder.pid")" --mount --net -- \
+			"$BIN/ctr" --address "$dir/containerd.sock" -n k8s.io images import --local "$img" >/dev/null
+	done
+}
+
+cnpg() {
+	tools
+	local images
+	images=$("$root/hack/realnode-images.sh")
+	[ -s "$dir/holder.pid" ] || die "$member has no real node (hack/realnode.sh up $member first)"
+	import_images "$images/cnpg-operator.tar" "$images/postgresql.tar"
+	# The kwok Stages that play CloudNativePG (hack/fleet.sh) would write
+	# Cluster status beside the real operator.
+	k delete --ignore-not-found -f "$root/hack/kwok/cnpg-stages.yaml" >/dev/null
+	k apply --server-side --force-conflicts -f "$images/release.yaml" >/dev/null
+	wait_for "the CloudNativePG operator Available" 300 \
+		k -n cnpg-system wait deployment/cnpg-controller-manager --for=condition=Available --timeout=5s
+	# The API server calls the operator's webhooks: a server-side dry run of a
+	# Cluster goes through both (defaulting, then validation).
+	wait_for "CloudNativePG's webhooks answering" 120 k apply --dry-run=server -f - <<YAML
+apiVersion: postgresql.cnpg.io/v1
+kind: Cluster
+metadata: {name: realnode-webhook-check, namespace: default}
+spec:
+  instances: 1
+  imageName: ghcr.io/cloudnative-pg/postgresql:$(cat "$images/postgresql-major")
+  storage: {size: 1Gi}
+YAML
+	echo "realnode: $member: CloudNativePG $(awk '$1=="image:" {print $2; exit}' "$images/release.yaml") runs on $node, webhooks live" >&2
+}
+
 smoke() {
 	tools
 	local ip
@@ -488,7 +532,7 @@ YAML
 }
 
 case "${1:-}" in
-up | down | smoke)
+up | down | smoke | cnpg)
 	[ -n "${2:-}" ] || die "usage: $0 $1 MEMBER"
 	setvars "$2"
 	"$1"
@@ -496,7 +540,7 @@ up | down | smoke)
 down-all) down_all ;;
 check) check ;;
 *)
-	echo "usage: $0 up|down|smoke MEMBER | down-all | check" >&2
+	echo "usage: $0 up|down|smoke|cnpg MEMBER | down-all | check" >&2
 	exit 2
 	;;
 esac
