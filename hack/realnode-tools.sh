@@ -78,7 +78,13 @@ if ! complete; then
 			github.com/containerd/containerd/v2/cmd/containerd \
 			github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
 			github.com/containerd/containerd/v2/cmd/ctr)
-		(cd "$tools/k8snode" && go build "${flags[@]}" -o "$tmp/" \
+		# The version a node reports (kubectl get nodes), as Kubernetes' own
+		# build sets it (hack/lib/version.sh).
+		minor=${k8s_version#v*.}
+		minor=${minor%%.*}
+		vflags="-X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1"
+		vflags="$vflags -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+		(cd "$tools/k8snode" && go build -trimpath -ldflags "-s -w $vflags" -o "$tmp/" \
 			k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
 		k8s=$(moddir k8snode "k8s.io/kubernetes@$k8s_version")
 		# The flags of build/pause/Makefile (CFLAGS), with the version it tags.

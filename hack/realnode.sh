@@ -19,7 +19,8 @@
 #
 # Layout, for member-N (N from 1 to 200):
 #   network namespace $FLEET_PREFIX-rn-member-N, its eth0 at 10.213.0.(10+N)/24
-#   on the host bridge REALNODE_BRIDGE (default fdbrn0, 10.213.0.1/24);
+#   on the host bridge REALNODE_BRIDGE (default fdbrn0, 10.213.0.1/24;
+#   REALNODE_NODE_NET and REALNODE_POD_NET move the two /16s);
 #   pod CIDR 10.214.N.0/24 (a bridge cni0 inside the namespace, CNI bridge +
 #   host-local + portmap from Debian's plugins), routed from the host and from
 #   every other real node to that node; the namespace has no default route:
@@ -42,7 +43,13 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FLEET_DIR=${FLEET_DIR:-$root/.cache/fleet}
 FLEET_PREFIX=${FLEET_PREFIX:-fleetdb}
 REALNODE_BRIDGE=${REALNODE_BRIDGE:-fdbrn0}
-NODE_NET=10.213.0
+# Two /16s of private addresses, not routed on this host (check `ip route`):
+# the nodes' network ($REALNODE_NODE_NET.0.0/24) and the pod CIDRs
+# ($REALNODE_POD_NET.N.0/24). A second fleet on the same host (the real-node
+# test) uses its own bridge and its own two.
+REALNODE_NODE_NET=${REALNODE_NODE_NET:-10.213}
+REALNODE_POD_NET=${REALNODE_POD_NET:-10.214}
+NODE_NET=$REALNODE_NODE_NET.0
 HOST_IP=$NODE_NET.1
 
 die() {
@@ -83,7 +90,7 @@ setvars() {
 	cg="$FLEET_PREFIX-rn-$member"
 	veth="$REALNODE_BRIDGE-$i"
 	node_ip="$NODE_NET.$((10 + i))"
-	pod_cidr="10.214.$i.0/24"
+	pod_cidr="$REALNODE_POD_NET.$i.0/24"
 	node="$member-real"
 	dir="$FLEET_DIR/realnodes/$member"
 	kc="$FLEET_DIR/$member.kubeconfig"
@@ -129,7 +136,7 @@ join_cgroups() {
 node_pids() {
 	local h
 	for h in $(hierarchies); do
-		[ -d "$h/$cg" ] && find "$h/$cg" -name cgroup.procs -exec cat {} + 2>/dev/null
+		if [ -d "$h/$cg" ]; then find "$h/$cg" -name cgroup.procs -exec cat {} + 2>/dev/null || true; fi
 	done | sort -un
 }
 
@@ -192,7 +199,7 @@ network() {
 	done
 	ip route add "$pod_cidr" via "$node_ip" dev "$REALNODE_BRIDGE"
 	for j in $(other_nodes); do
-		in_ns ip route add "10.214.$j.0/24" via "$NODE_NET.$((10 + j))"
+		in_ns ip route add "$REALNODE_POD_NET.$j.0/24" via "$NODE_NET.$((10 + j))"
 		ip netns exec "$FLEET_PREFIX-rn-member-$j" ip route add "$pod_cidr" via "$node_ip"
 	done
 }
@@ -299,7 +306,8 @@ up() {
 	# Whatever an interrupted run left goes first; a failure from here on
 	# tears the half-started node down.
 	down_member
-	trap 'echo "realnode: $member: start failed, removing the half-started node" >&2; down_member' ERR
+	started=0
+	trap 'if [ "$started" = 0 ]; then echo "realnode: $member: start failed, removing the half-started node" >&2; down_member; fi' EXIT
 	local start_s=$SECONDS
 	mkdir -p "$dir"
 	network
@@ -339,10 +347,10 @@ up() {
 	start kube-proxy "$BIN/kube-proxy" --config "$dir/kube-proxy.yaml"
 	wait_for "node $node Ready" 180 k wait "node/$node" --for=condition=Ready --timeout=5s
 	local n
-	for n in $(k get nodes -o name); do
-		[ "$n" = "node/$node" ] || k taint --overwrite "$n" fleetdb.io/simulated=true:NoSchedule >/dev/null
+	for n in $(k get nodes -o jsonpath='{.items[*].metadata.name}'); do
+		[ "$n" = "$node" ] || k taint nodes --overwrite "$n" fleetdb.io/simulated=true:NoSchedule >/dev/null
 	done
-	trap - ERR
+	started=1
 	echo "realnode: $member: node $node Ready in $((SECONDS - start_s))s" >&2
 }
 
@@ -381,6 +389,7 @@ down_member() {
 		ip link del "$REALNODE_BRIDGE"
 	fi
 	rm -rf "$dir"
+	rmdir "$FLEET_DIR/realnodes" 2>/dev/null || true
 }
 
 down() {
@@ -430,15 +439,17 @@ check() {
 	done < <(ip netns list)
 	ip link show "$REALNODE_BRIDGE" >/dev/null 2>&1 && left+=("bridge $REALNODE_BRIDGE")
 	while read -r l; do left+=("link $l"); done < <(ip -o link show | awk -F': ' -v b="$REALNODE_BRIDGE-" 'index($2, b) == 1 {print $2}')
-	while read -r r; do left+=("route $r"); done < <(ip route show | grep -E "^10\.214\.|$REALNODE_BRIDGE" || true)
+	while read -r r; do left+=("route $r"); done < <(ip route show | grep -F -e "$REALNODE_POD_NET." -e "$REALNODE_BRIDGE" || true)
 	for h in $(hierarchies); do
 		for d in "$h/$FLEET_PREFIX-rn-"*; do [ -e "$d" ] && left+=("cgroup $d"); done
 	done
 	while read -r m; do left+=("mount $m"); done < <(awk -v d="$FLEET_DIR/realnodes" 'index($2, d) == 1 {print $2}' /proc/self/mounts)
-	while read -r p; do
-		left+=("process $p: $(tr '\0' ' ' <"/proc/$p/cmdline" | cut -c1-120)")
-	done < <(grep -l -- "$FLEET_DIR/realnodes" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3 | grep -vx "$$" || true)
-	while read -r r; do left+=("iptables rule $r"); done < <(iptables-save 2>/dev/null | grep -E "10\.21[345]\.|$REALNODE_BRIDGE" || true)
+	local p cmd
+	for p in /proc/[0-9]*; do
+		cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
+		case "$cmd" in *"$FLEET_DIR/realnodes"*) left+=("process ${p#/proc/}: ${cmd:0:120}") ;; esac
+	done
+	while read -r r; do left+=("iptables rule $r"); done < <(iptables-save 2>/dev/null | grep -F -e "$REALNODE_NODE_NET." -e "$REALNODE_POD_NET." -e "$REALNODE_BRIDGE" || true)
 	[ -e "$FLEET_DIR/realnodes" ] && left+=("folder $FLEET_DIR/realnodes")
 	if [ ${#left[@]} -gt 0 ]; then
 		printf 'realnode: left on the host: %s\n' "${left[@]}" >&2
@@ -453,7 +464,7 @@ import_images() {
 	local img
 	for img in "$@"; do
 		nsenter --target "$(cat "$dir/holder.pid")" --mount --net -- \
-			"$BIN/ctr" --address "$dir/containerd.sock" -n k8s.io images import --local "$img" >/dev/null
+			"$BIN/ctr" --address "$dir/containerd.sock" -n k8s.io images import --local "$img" >>"$dir/ctr.log" 2>&1
 	done
 }
 
