@@ -232,6 +232,11 @@ state = "$dir/containerd/state"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "registry.k8s.io/pause:3.10.2"
 [plugins.'io.containerd.cri.v1.runtime']
+  # This host's root lacks CAP_SYS_RESOURCE, so no process may lower its
+  # oom_score_adj: runc failed the sandbox the kubelet asks -998 for
+  # ("nsexec: failed to update /proc/self/oom_score_adj: Permission denied").
+  # containerd raises such requests to its own value instead.
+  restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
   cdi_spec_dirs = []
   [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
@@ -275,6 +280,9 @@ serializeImagePulls: false
 maxPods: 60
 # A shared, busy build machine: evict only when really out of room.
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+# No CAP_SYS_RESOURCE here (see containerd.toml): keep the kubelet's own
+# oom_score_adj where it is rather than fail to lower it to -999.
+oomScoreAdj: 0
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 YAML
@@ -290,6 +298,7 @@ metricsBindAddress: 127.0.0.1:10249
 healthzBindAddress: 127.0.0.1:10256
 # nf_conntrack_max is global, not the namespace's: leave it alone.
 conntrack: {maxPerCore: 0}
+oomScoreAdj: 0
 YAML
 }
 
@@ -534,9 +543,11 @@ YAML
 	k wait pod/realnode-pause pod/realnode-web pod/realnode-client --for=condition=Ready --timeout=120s >&2
 	ip=$(k get service realnode-web -o jsonpath='{.spec.clusterIP}')
 	local got=""
+	# Debian's static busybox wget crashes (static glibc name lookup): nc.
+	local get="printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 $ip 80 | tail -n 1"
 	wait_for "the Service realnode-web ($ip) through kube-proxy" 60 \
-		sh -c "\"$KUBECTL\" --kubeconfig \"$kc\" exec realnode-client -- wget -q -T 3 -O - http://$ip/ | grep -qx realnode-web"
-	got=$(k exec realnode-client -- wget -q -T 3 -O - "http://$ip/")
+		sh -c "\"$KUBECTL\" --kubeconfig \"$kc\" exec realnode-client -- sh -c \"$get\" | grep -qx realnode-web"
+	got=$(k exec realnode-client -- sh -c "$get")
 	echo "realnode: $member: pods Running on $node; realnode-client read '$got' from the Service at $ip" >&2
 	k delete pod realnode-pause realnode-web realnode-client --wait=false >/dev/null
 	k delete service realnode-web >/dev/null
