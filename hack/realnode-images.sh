@@ -17,7 +17,8 @@
 #                      PATH, user postgres with uid 26 like CloudNativePG's
 #                      postgres-containers images
 #   release.yaml       the operator's release manifest shipped in the module
-#                      (releases/cnpg-<version>.yaml)
+#                      (releases/cnpg-<version>.yaml), with the operator's
+#                      imagePullPolicy IfNotPresent instead of Always
 #
 # Cached like hack/toolchain.sh, keyed by a hash of the pins and this script.
 set -euo pipefail
@@ -70,8 +71,13 @@ if ! complete; then
 		echo "realnode-images: building CloudNativePG $cnpg_version and PostgreSQL images into $out" >&2
 		mod=$(cd "$tools/cnpgoperator" && GOFLAGS=-mod=mod go mod download -json "github.com/cloudnative-pg/cloudnative-pg@$cnpg_version" |
 			sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-		cp "$mod/releases/cnpg-${cnpg_version#v}.yaml" "$tmp/release.yaml"
-		operator_image=$(awk '$1=="image:" {print $2; exit}' "$tmp/release.yaml")
+		# The manifest as released, but for the operator's pull policy: Always
+		# would ask a registry this fleet does not have for the image that is
+		# already on the node.
+		sed 's/imagePullPolicy: Always$/imagePullPolicy: IfNotPresent/' \
+			"$mod/releases/cnpg-${cnpg_version#v}.yaml" >"$tmp/release.yaml"
+		operator_image=$(awk '$1=="image:" && $2 ~ /\/cloudnative-pg:/ {print $2; exit}' "$tmp/release.yaml")
+		[ -n "$operator_image" ] || { echo "realnode-images: no operator image in the release manifest" >&2; exit 1; }
 
 		# The operator image.
 		rootfs="$tmp/rootfs-operator"

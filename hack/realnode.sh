@@ -93,6 +93,11 @@ setvars() {
 	pod_cidr="$REALNODE_POD_NET.$i.0/24"
 	node="$member-real"
 	dir="$FLEET_DIR/realnodes/$member"
+	# Inside the node's mount namespace $dir is also $nd, and containerd's
+	# socket is in the namespace's own /run: unix socket paths must stay under
+	# 108 bytes, and a test's FLEET_DIR can be long.
+	nd=/run/node
+	sock=/run/containerd/containerd.sock
 	kc="$FLEET_DIR/$member.kubeconfig"
 }
 
@@ -221,10 +226,10 @@ write_configs() {
 JSON
 	cat >"$dir/containerd.toml" <<TOML
 version = 3
-root = "$dir/containerd/root"
-state = "$dir/containerd/state"
+root = "$nd/containerd/root"
+state = "$nd/containerd/state"
 [grpc]
-  address = "$dir/containerd.sock"
+  address = "$sock"
 [plugins.'io.containerd.nri.v1.nri']
   disable = true
 [plugins.'io.containerd.cri.v1.images']
@@ -272,8 +277,8 @@ authentication:
   anonymous: {enabled: true}
   webhook: {enabled: false}
 authorization: {mode: AlwaysAllow}
-containerRuntimeEndpoint: unix://$dir/containerd.sock
-podLogsDir: $dir/pod-logs
+containerRuntimeEndpoint: unix://$sock
+podLogsDir: $nd/pod-logs
 resolvConf: $dir/resolv.conf
 clusterDomain: cluster.local
 serializeImagePulls: false
@@ -343,15 +348,15 @@ up() {
 	(
 		join_cgroups
 		exec nsenter --net="/run/netns/$ns" -- unshare --mount --propagation private -- \
-			sh -c "mount -t tmpfs -o mode=0755 tmpfs /run && $binds exec sleep infinity" </dev/null >"$dir/holder.log" 2>&1
+			sh -c "mount -t tmpfs -o mode=0755 tmpfs /run && mkdir $nd && mount --bind '$dir' $nd && $binds exec sleep infinity" </dev/null >"$dir/holder.log" 2>&1
 	) &
 	echo $! >"$dir/holder.pid"
-	wait_for "the namespace holder" 10 sh -c "[ \"\$(readlink /proc/$(cat "$dir/holder.pid")/ns/mnt)\" != \"\$(readlink /proc/self/ns/mnt)\" ] && grep -q ' /run tmpfs' /proc/$(cat "$dir/holder.pid")/mounts"
+	wait_for "the namespace holder" 10 grep -q " $nd " "/proc/$(cat "$dir/holder.pid")/mounts"
 	start containerd env PATH="$BIN:$PATH" "$BIN/containerd" --config "$dir/containerd.toml"
-	wait_for "containerd" 60 "$BIN/ctr" --address "$dir/containerd.sock" version
+	wait_for "containerd" 60 nsenter --target "$(cat "$dir/holder.pid")" --mount --net -- "$BIN/ctr" --address "$sock" version
 	import_images "$BIN"/images/*.tar
 	start kubelet "$BIN/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/kubeconfig" \
-		--root-dir "$dir/kubelet" --hostname-override "$node" --node-ip "$node_ip" \
+		--root-dir "$nd/kubelet" --hostname-override "$node" --node-ip "$node_ip" \
 		--node-labels "fleetdb.io/real-node=true"
 	start kube-proxy "$BIN/kube-proxy" --config "$dir/kube-proxy.yaml"
 	wait_for "node $node Ready" 180 k wait "node/$node" --for=condition=Ready --timeout=5s
@@ -473,7 +478,7 @@ import_images() {
 	local img
 	for img in "$@"; do
 		nsenter --target "$(cat "$dir/holder.pid")" --mount --net -- \
-			"$BIN/ctr" --address "$dir/containerd.sock" -n k8s.io images import --local "$img" >>"$dir/ctr.log" 2>&1
+			"$BIN/ctr" --address "$sock" -n k8s.io images import --local "$img" >>"$dir/ctr.log" 2>&1
 	done
 }
 
@@ -500,7 +505,7 @@ spec:
   imageName: ghcr.io/cloudnative-pg/postgresql:$(cat "$images/postgresql-major")
   storage: {size: 1Gi}
 YAML
-	echo "realnode: $member: CloudNativePG $(awk '$1=="image:" {print $2; exit}' "$images/release.yaml") runs on $node, webhooks live" >&2
+	echo "realnode: $member: CloudNativePG $(awk '$1=="image:" && $2 ~ /\/cloudnative-pg:/ {print $2; exit}' "$images/release.yaml") runs on $node, webhooks live" >&2
 }
 
 smoke() {
