@@ -6,7 +6,8 @@
 #   cnpg-operator.tar  the operator image, under the name its release manifest
 #                      uses (ghcr.io/cloudnative-pg/cloudnative-pg:<version>):
 #                      the static manager binary (cmd/manager of the module
-#                      pinned in test/tools/cnpgoperator) at /manager, user
+#                      pinned in test/tools/cnpgoperator) at
+#                      /operator/manager_<arch>, /manager linking to it, user
 #                      65532, like CloudNativePG's Dockerfile
 #   postgresql.tar     PostgreSQL from Debian's packages, under the name fleetdb
 #                      gives a Cluster for that major version
@@ -83,8 +84,16 @@ if ! complete; then
 		rootfs="$tmp/rootfs-operator"
 		mkdir -p "$rootfs/etc" "$rootfs/tmp"
 		chmod 1777 "$rootfs/tmp"
-		(cd "$tools/cnpgoperator" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$rootfs/manager" \
+		# Like its Dockerfile: /operator/manager_<arch>, and /manager a link to
+		# it. The operator learns which architectures instances may run from
+		# the files matching operator/manager_* (relative to its working
+		# directory /; pkg/utils/discovery.go, v1.30.0): without them every
+		# Cluster fails with "invalid architecture: amd64".
+		arch=$(go env GOARCH)
+		mkdir -p "$rootfs/operator"
+		(cd "$tools/cnpgoperator" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$rootfs/operator/manager_$arch" \
 			github.com/cloudnative-pg/cloudnative-pg/cmd/manager)
+		ln -s "operator/manager_$arch" "$rootfs/manager"
 		printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$rootfs/etc/passwd"
 		printf 'root:x:0:\nnonroot:x:65532:\n' >"$rootfs/etc/group"
 		"$BIN/ociimage" -name "$operator_image" -rootfs "$rootfs" -out "$tmp/cnpg-operator.tar" \

@@ -14,7 +14,8 @@
 #                              pause.tar    registry.k8s.io/pause:3.10.2 (containerd
 #                                           2.4's default sandbox image)
 #                              busybox.tar  fleetdb.local/busybox:1 (Debian's static
-#                                           busybox, for smoke pods)
+#                                           busybox, every applet; smoke pods and
+#                                           local-path-provisioner's helper pods)
 #
 # runc, the CNI plugins and iptables come from Debian's packages, installed
 # here when missing (apt-get; the scripts run as root).
@@ -100,7 +101,8 @@ if ! complete; then
 		mkdir -p "$rootfs/bin" "$rootfs/tmp" "$rootfs/etc"
 		chmod 1777 "$rootfs/tmp"
 		install -m 0755 /bin/busybox "$rootfs/bin/busybox"
-		for a in sh ls cat echo sleep wget nc nslookup ip ps id env hostname; do ln -s busybox "$rootfs/bin/$a"; done
+		# Every applet (helper pods run shell scripts with mkdir, rm, ...).
+		for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -s busybox "$rootfs/bin/$a"; done
 		printf 'root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n' >"$rootfs/etc/passwd"
 		printf 'root:x:0:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
 		"$tmp/ociimage" -name fleetdb.local/busybox:1 -rootfs "$rootfs" -out "$tmp/images/busybox.tar" \

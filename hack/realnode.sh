@@ -13,7 +13,9 @@
 #   hack/realnode.sh cnpg MEMBER    install the real CloudNativePG operator in
 #                                   MEMBER (images from hack/realnode-images.sh,
 #                                   its release manifest, webhooks live) in place
-#                                   of the kwok Stages that play it
+#                                   of the kwok Stages that play it, and
+#                                   local-path-provisioner as the default
+#                                   StorageClass
 #   hack/realnode.sh check          list what real nodes of FLEET_PREFIX left on
 #                                   the host; exits 1 when anything is left
 #
@@ -388,6 +390,10 @@ down_member() {
 	if [ -n "${KUBECTL:-}" ] && [ -s "$kc" ]; then
 		k delete node "$node" --ignore-not-found --wait=false >/dev/null 2>&1 || true
 		k taint nodes --all fleetdb.io/simulated- >/dev/null 2>&1 || true
+		if k get storageclass local-path >/dev/null 2>&1; then
+			k annotate --overwrite storageclass local-path storageclass.kubernetes.io/is-default-class=false >/dev/null 2>&1 || true
+			k annotate --overwrite storageclass standard storageclass.kubernetes.io/is-default-class=true >/dev/null 2>&1 || true
+		fi
 	fi
 	kill_node
 	for h in $(hierarchies); do
@@ -487,7 +493,16 @@ cnpg() {
 	local images
 	images=$("$root/hack/realnode-images.sh")
 	[ -s "$dir/holder.pid" ] || die "$member has no real node (hack/realnode.sh up $member first)"
-	import_images "$images/cnpg-operator.tar" "$images/postgresql.tar"
+	import_images "$images/cnpg-operator.tar" "$images/postgresql.tar" "$images/local-path-provisioner.tar"
+	# Volumes: local-path-provisioner (as kind has) with its folders under the
+	# node's state folder, so `down` removes them; its StorageClass becomes
+	# the member's default while the member has a real node.
+	mkdir -p "$dir/volumes"
+	sed "s|/opt/local-path-provisioner|$dir/volumes|" "$images/local-path-storage.yaml" | k apply -f - >/dev/null
+	k annotate --overwrite storageclass standard storageclass.kubernetes.io/is-default-class=false >/dev/null 2>&1 || true
+	k annotate --overwrite storageclass local-path storageclass.kubernetes.io/is-default-class=true >/dev/null
+	wait_for "local-path-provisioner Available" 120 \
+		k -n local-path-storage wait deployment/local-path-provisioner --for=condition=Available --timeout=5s
 	# The kwok Stages that play CloudNativePG (hack/fleet.sh) would write
 	# Cluster status beside the real operator.
 	k delete --ignore-not-found -f "$root/hack/kwok/cnpg-stages.yaml" >/dev/null
