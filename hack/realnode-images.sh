@@ -16,7 +16,14 @@
 #                      dpkg-deb (no maintainer scripts; without perl, locales,
 #                      LLVM and postgresql-common's wrappers), the binaries on
 #                      PATH, user postgres with uid 26 like CloudNativePG's
-#                      postgres-containers images
+#                      postgres-containers images; libc-bin for its C.utf8
+#                      locale, no LANG (initdb refused LANG=C.UTF-8 without it)
+#   local-path-provisioner.tar, local-path-storage.yaml
+#                      Rancher's local-path-provisioner (test/tools/localpath)
+#                      and its manifest, helper pods on fleetdb.local/busybox:1:
+#                      volumes PostgreSQL (uid 26) can write, which the
+#                      kube-controller-manager's host-path provisioner does
+#                      not give (folders 0750 for root, no fsGroup on hostPath)
 #   release.yaml       the operator's release manifest shipped in the module
 #                      (releases/cnpg-<version>.yaml), with the operator's
 #                      imagePullPolicy IfNotPresent instead of Always
@@ -26,11 +33,11 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools="$root/test/tools"
-key=$(cat "$tools"/cnpgoperator/go.mod "$tools"/cnpgoperator/go.sum "${BASH_SOURCE[0]}" | sha256sum | cut -c1-12)
+key=$(cat "$tools"/cnpgoperator/go.mod "$tools"/cnpgoperator/go.sum "$tools"/localpath/go.mod "$tools"/localpath/go.sum "${BASH_SOURCE[0]}" | sha256sum | cut -c1-12)
 cnpg_version=$(awk '($1=="require" && $2=="github.com/cloudnative-pg/cloudnative-pg") {print $3; exit} $1=="github.com/cloudnative-pg/cloudnative-pg" {print $2; exit}' "$tools/cnpgoperator/go.mod")
 parent=${FLEETDB_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fleetdb/tools}
 out="$parent/realnode-images-cnpg-${cnpg_version}-${key}"
-want=(cnpg-operator.tar postgresql.tar release.yaml)
+want=(cnpg-operator.tar postgresql.tar release.yaml local-path-provisioner.tar local-path-storage.yaml)
 
 complete() {
 	for f in "${want[@]}"; do [ -s "$out/$f" ] || return 1; done
@@ -43,18 +50,25 @@ closure() {
 		libllvm14 libllvm15 libllvm16 perl perl-base perl-modules-5.36 adduser lsb-base sysvinit-utils
 		init-system-helpers ucf sensible-utils dpkg install-info " p d
 	local -A seen=()
-	local queue=("$@")
-	while [ ${#queue[@]} -gt 0 ]; do
-		p=${queue[0]}
-		queue=("${queue[@]:1}")
-		[ -z "${seen[$p]:-}" ] || continue
+	local level=() next=()
+	for p in "$@"; do
 		seen[$p]=1
 		echo "$p"
+		level+=("$p")
+	done
+	# One apt-cache call per level of the graph: one per package took minutes
+	# on a loaded machine.
+	while [ ${#level[@]} -gt 0 ]; do
+		next=()
 		while read -r d; do
 			case "$exclude" in *[[:space:]]"$d"[[:space:]]*) continue ;; esac
-			[ -n "${seen[$d]:-}" ] || queue+=("$d")
+			[ -z "${seen[$d]:-}" ] || continue
+			seen[$d]=1
+			echo "$d"
+			next+=("$d")
 		done < <(apt-cache depends --no-recommends --no-suggests --no-conflicts --no-breaks \
-			--no-replaces --no-enhances "$p" | sed -n 's/^ *|\{0,1\}\(Pre\)\{0,1\}Depends: \([^<][^ ]*\)$/\2/p')
+			--no-replaces --no-enhances "${level[@]}" | sed -n 's/^ *|\{0,1\}\(Pre\)\{0,1\}Depends: \([^<][^ ]*\)$/\2/p')
+		level=(${next[@]+"${next[@]}"})
 	done
 }
 
@@ -100,13 +114,28 @@ if ! complete; then
 			-entrypoint '["/manager"]' -user 65532:65532 -workdir /
 		rm -rf "$rootfs"
 
+		# The local-path-provisioner image and manifest (the manifest names the
+		# image without a registry: the CRI looks it up as docker.io/...).
+		lpp_version=$(awk '$1=="github.com/rancher/local-path-provisioner" {print $2; exit} $1=="require" && $2=="github.com/rancher/local-path-provisioner" {print $3; exit}' "$tools/localpath/go.mod")
+		lpp=$(cd "$tools/localpath" && GOFLAGS=-mod=mod go mod download -json "github.com/rancher/local-path-provisioner@$lpp_version" |
+			sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+		rootfs="$tmp/rootfs-local-path"
+		mkdir -p "$rootfs/usr/bin" "$rootfs/etc" "$rootfs/tmp"
+		chmod 1777 "$rootfs/tmp"
+		(cd "$tools/localpath" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$rootfs/usr/bin/local-path-provisioner" \
+			github.com/rancher/local-path-provisioner)
+		lpp_image=$(awk '$1=="image:" && $2 ~ /local-path-provisioner:/ {print $2; exit}' "$lpp/deploy/local-path-storage.yaml")
+		"$BIN/ociimage" -name "docker.io/$lpp_image" -rootfs "$rootfs" -out "$tmp/local-path-provisioner.tar" -env PATH=/usr/bin:/bin
+		sed 's|image: busybox$|image: fleetdb.local/busybox:1|' "$lpp/deploy/local-path-storage.yaml" >"$tmp/local-path-storage.yaml"
+		rm -rf "$rootfs"
+
 		# The PostgreSQL image.
 		major=$(apt-cache depends postgresql | sed -n 's/^ *Depends: postgresql-\([0-9][0-9]*\)$/\1/p' | head -1)
 		[ -n "$major" ] || { apt-get update -qq >&2 && major=$(apt-cache depends postgresql | sed -n 's/^ *Depends: postgresql-\([0-9][0-9]*\)$/\1/p' | head -1); }
 		[ -n "$major" ] || { echo "realnode-images: Debian's 'postgresql' package names no postgresql-N" >&2; exit 1; }
 		debs="$tmp/debs"
 		mkdir -p "$debs"
-		mapfile -t pkgs < <(closure "postgresql-$major" dash libsasl2-modules libldap-common)
+		mapfile -t pkgs < <(closure "postgresql-$major" dash libc-bin libsasl2-modules libldap-common)
 		(cd "$debs" && apt-get download -qq "${pkgs[@]}" >&2)
 		rootfs="$tmp/rootfs-postgresql"
 		mkdir -p "$rootfs"
@@ -124,8 +153,7 @@ if ! complete; then
 		chown 26:26 "$rootfs/var/lib/postgresql" "$rootfs/run/postgresql"
 		ldconfig -r "$rootfs"
 		"$BIN/ociimage" -name "ghcr.io/cloudnative-pg/postgresql:$major" -rootfs "$rootfs" -out "$tmp/postgresql.tar" \
-			-user 26 -env "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/lib/postgresql/$major/bin" \
-			-env LANG=C.UTF-8
+			-user 26 -env "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/lib/postgresql/$major/bin"
 		echo "$major" >"$tmp/postgresql-major"
 		rm -rf "$rootfs"
 
