@@ -61,8 +61,10 @@ func script(ctx context.Context, t *testing.T, env []string, timeout time.Durati
 // TestRealNodeRunsPodsAndLeavesNothing starts a one-member local fleet, gives
 // its member a real node, runs pods on it (a pause pod, a web server reached
 // through a Service by a client pod: kube-proxy's rules in the node's own
-// network namespace), removes the node, and checks that nothing it created
-// is left on the host.
+// network namespace), installs the real CloudNativePG operator (its webhooks
+// answer a server-side dry run) and a one-instance Cluster whose primary
+// answers SQL through its -rw Service, removes the node, and checks that
+// nothing it created is left on the host.
 func TestRealNodeRunsPodsAndLeavesNothing(t *testing.T) {
 	requireRealNodes(t)
 	ctx := t.Context()
@@ -90,6 +92,56 @@ func TestRealNodeRunsPodsAndLeavesNothing(t *testing.T) {
 	if !strings.Contains(out, "read 'realnode-web' from the Service") {
 		t.Fatalf("the client pod did not read the web pod's page through its Service:\n%s", out)
 	}
+
+	// The real CloudNativePG operator, and a one-instance Cluster (a standby
+	// needs cluster DNS, which the real nodes do not have yet) whose primary
+	// answers SQL through its -rw Service.
+	script(ctx, t, env, 20*time.Minute, "realnode.sh", "cnpg", "member-1")
+	kc := filepath.Join(dir, "fleet", "member-1.kubeconfig")
+	kubectl := filepath.Join(strings.TrimSpace(script(ctx, t, nil, 30*time.Minute, "toolchain.sh")), "kubectl")
+	k := func(timeout time.Duration, stdin string, args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kc}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	k(time.Minute, `apiVersion: postgresql.cnpg.io/v1
+kind: Cluster
+metadata: {name: pg, namespace: default}
+spec:
+  instances: 1
+  imageName: ghcr.io/cloudnative-pg/postgresql:15
+  storage: {size: 1Gi}
+`, "apply", "-f", "-")
+	k(10*time.Minute, "", "wait", "cluster/pg", "--for=condition=Ready", "--timeout=9m")
+	ip := k(time.Minute, "", "get", "service", "pg-rw", "-o", "jsonpath={.spec.clusterIP}")
+	k(time.Minute, `apiVersion: v1
+kind: Pod
+metadata: {name: psql, namespace: default}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: psql
+    image: ghcr.io/cloudnative-pg/postgresql:15
+    imagePullPolicy: Never
+    command: ["psql", "-Atc", "create table t(x int); insert into t values (7), (42); select 'rows: ' || string_agg(x::text, ',' order by x) from t"]
+    env:
+    - {name: PGHOST, value: "`+ip+`"}
+    - {name: PGUSER, valueFrom: {secretKeyRef: {name: pg-app, key: username}}}
+    - {name: PGPASSWORD, valueFrom: {secretKeyRef: {name: pg-app, key: password}}}
+    - {name: PGDATABASE, valueFrom: {secretKeyRef: {name: pg-app, key: dbname}}}
+`, "apply", "-f", "-")
+	k(5*time.Minute, "", "wait", "pod/psql", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=4m")
+	if out := k(time.Minute, "", "logs", "psql"); !strings.Contains(out, "rows: 7,42") {
+		t.Fatalf("psql through the pg-rw Service did not read back the rows it wrote:\n%s", out)
+	}
+
 	script(ctx, t, env, 3*time.Minute, "realnode.sh", "down", "member-1")
 	script(ctx, t, env, time.Minute, "realnode.sh", "check")
 }
