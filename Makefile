@@ -54,6 +54,19 @@ fleet-up: ## Start the local fleet only.
 fleet-down: ## Stop and remove the local fleet.
 	hack/fleet.sh down
 
+# ---- real nodes: members whose node runs real pods (root, no Docker; docs/realnodes.md) ----
+REALNODE_MEMBERS ?= member-1 member-2
+.PHONY: realnode-tools realnode-up realnode-down realnode-check
+realnode-tools: ## Build the real-node binaries and images (cached; prints nothing when up to date).
+	@hack/realnode-tools.sh >/dev/null
+	@hack/realnode-images.sh >/dev/null
+realnode-up: ## Give each member of a running local fleet a real node (containerd, kubelet, kube-proxy) and the real CloudNativePG operator.
+	for m in $(REALNODE_MEMBERS); do hack/realnode.sh up $$m && hack/realnode.sh cnpg $$m; done
+realnode-down: ## Remove every real node of the local fleet, leaving nothing on the host.
+	hack/realnode.sh down-all
+realnode-check: ## Fail when a real node left anything on the host (processes, namespaces, links, routes, cgroups, mounts, rules).
+	hack/realnode.sh check
+
 .PHONY: test
 test: toolchain ## Run every test against real control planes (builds the toolchain on first use).
 	hack/test.sh
