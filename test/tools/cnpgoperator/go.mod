@@ -5,8 +5,9 @@
 //
 // v1.30.0, not v1.28.4: the Go module proxy does not serve v1.28.3 or v1.28.4
 // ("This module version is not available"); v1.30.0 was tagged the same day
-// as v1.28.4 (2026-06-29). fleetdb's own tests still pin v1.28.0's CRDs
-// (test/tools/cnpg); the real-node fleet installs v1.30.0's release manifest.
+// as v1.28.4 (2026-06-29) and carries its demotion-token fix. The same
+// version as test/tools/cnpg (whose CRDs the envtest members and the kwok
+// fleet install); test/manifests checks that the two pins agree.
 module github.com/fleetdb/fleetdb/test/tools/cnpgoperator
 
 go 1.26.4
