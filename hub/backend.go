@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -47,7 +48,7 @@ func backendMissingStatus(cluster string, backend fleetv1alpha1.Backend) fleetv1
 		Phase:   fleetv1alpha1.ClusterPhaseDegraded,
 		Backend: backend,
 		Reason:  fleetv1alpha1.ReasonBackendMissing,
-		Message: truncate((&member.BackendMissingError{Backend: backend}).Error()),
+		Message: statusmsg.Bound((&member.BackendMissingError{Backend: backend}).Error()),
 	}
 }
 

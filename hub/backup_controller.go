@@ -22,6 +22,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/internal/placement"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
 
@@ -228,7 +229,7 @@ func (r *backupReconciler) memberSteps(ctx context.Context, b *fleetv1alpha1.Dat
 // spec.clusterNames (or every member the Database is placed on), a named
 // member that is not placed recorded as Skipped.
 func initialRecords(b *fleetv1alpha1.DatabaseBackup, db *fleetv1alpha1.Database) []fleetv1alpha1.BackupRecord {
-	placed := currentMembers(db)
+	placed := placement.CurrentMembers(db)
 	names := b.Spec.ClusterNames
 	if len(names) == 0 {
 		names = placed

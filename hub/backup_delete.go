@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 )
 
 // cleanupOutcome is where one member's cleanup stands.
@@ -107,12 +108,12 @@ func (r *backupReconciler) memberCleanup(ctx context.Context, b *fleetv1alpha1.D
 		if backupPolicy(b) == fleetv1alpha1.BackupDeletionDelete && rec.Phase != fleetv1alpha1.BackupPhasePending {
 			what = "its files (" + backupDir(b) + " on the volume claim " + backupClaimName(b) + ") and its Jobs"
 		}
-		return cleanupOutcome{done: true, left: truncate(fmt.Sprintf("member %s: %s; left %s there", rec.Cluster, why, what))}
+		return cleanupOutcome{done: true, left: statusmsg.Bound(fmt.Sprintf("member %s: %s; left %s there", rec.Cluster, why, what))}
 	}
 	c, live, why := r.memberClients(ctx, rec.Cluster)
 	if c == nil {
 		if r.now().After(deadline) {
-			return giveUp("unreachable past the unreachable timeout (" + redactAddresses(why) + ")")
+			return giveUp("unreachable past the unreachable timeout (" + statusmsg.RedactAddresses(why) + ")")
 		}
 		return cleanupOutcome{requeue: min(r.retry.When(key), time.Until(deadline)+time.Second)}
 	}
@@ -121,14 +122,14 @@ func (r *backupReconciler) memberCleanup(ctx context.Context, b *fleetv1alpha1.D
 	out, err := r.cleanupStep(ctx, c, live, b, rec)
 	if err != nil {
 		if r.now().After(deadline) {
-			return giveUp("the cleanup kept failing (" + redactAddresses(err.Error()) + ")")
+			return giveUp("the cleanup kept failing (" + statusmsg.RedactAddresses(err.Error()) + ")")
 		}
-		ctrl.LoggerFrom(ctx).Info("backup cleanup step failed, retrying", "cluster", rec.Cluster, "error", redactAddresses(err.Error()))
+		ctrl.LoggerFrom(ctx).Info("backup cleanup step failed, retrying", "cluster", rec.Cluster, "error", statusmsg.RedactAddresses(err.Error()))
 		return cleanupOutcome{requeue: r.retry.When(key)}
 	}
 	r.retry.Forget(key)
 	if out.left != "" {
-		out.left = truncate("member " + rec.Cluster + ": " + out.left)
+		out.left = statusmsg.Bound("member " + rec.Cluster + ": " + out.left)
 	}
 	return out
 }
@@ -196,12 +197,12 @@ func (r *backupReconciler) runCleanupJob(ctx context.Context, c client.Client, l
 	case job == nil && backupJob == nil:
 		// Neither the backup Job nor the Database is left to say which
 		// image and claim to use: the files stay (the Event says where).
-		return cleanupOutcome{done: true, left: truncate("neither the backup Job nor the Database remains to run the cleanup; left " +
+		return cleanupOutcome{done: true, left: statusmsg.Bound("neither the backup Job nor the Database remains to run the cleanup; left " +
 			backupDir(b) + " on the volume claim " + backupClaimName(b))}, nil
 	case job == nil:
 		cj, err := renderCleanup(b, backupJob, r.opts.HubID)
 		if err != nil {
-			return cleanupOutcome{done: true, left: truncate("cannot render the cleanup Job: " + err.Error())}, nil
+			return cleanupOutcome{done: true, left: statusmsg.Bound("cannot render the cleanup Job: " + err.Error())}, nil
 		}
 		if err := c.Create(ctx, cj, client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
 			return cleanupOutcome{}, fmt.Errorf("creating the cleanup job: %w", err)

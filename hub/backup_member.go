@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 )
 
 // backupHash is the LabelBackup value of a DatabaseBackup's member Jobs and
@@ -45,15 +46,15 @@ func (r *backupReconciler) memberBackup(ctx context.Context, b *fleetv1alpha1.Da
 	key := string(b.UID) + "/" + rec.Cluster
 	c, live, why := r.memberClients(ctx, rec.Cluster)
 	if c == nil {
-		rec.Message = truncate("member unreachable, retrying: " + redactAddresses(why))
+		rec.Message = statusmsg.Bound("member unreachable, retrying: " + statusmsg.RedactAddresses(why))
 		return rec, r.retry.When(key)
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.MemberCallTimeout)
 	defer cancel()
 	next, after, err := r.stepBackup(ctx, c, live, b, db, rec)
 	if err != nil {
-		ctrl.LoggerFrom(ctx).Info("backup step failed, retrying", "cluster", rec.Cluster, "error", redactAddresses(err.Error()))
-		rec.Message = truncate("retrying: " + redactAddresses(err.Error()))
+		ctrl.LoggerFrom(ctx).Info("backup step failed, retrying", "cluster", rec.Cluster, "error", statusmsg.RedactAddresses(err.Error()))
+		rec.Message = statusmsg.Bound("retrying: " + statusmsg.RedactAddresses(err.Error()))
 		return rec, r.retry.When(key)
 	}
 	r.retry.Forget(key)
@@ -97,7 +98,7 @@ func (r *backupReconciler) stepBackup(ctx context.Context, c client.Client, live
 	rec.Phase = fleetv1alpha1.BackupPhaseRunning
 	if failed, _, why := jobFailed(&job); failed {
 		rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, &now
-		rec.Message = truncate("backup Job " + job.Name + " failed: " + why)
+		rec.Message = statusmsg.Bound("backup Job " + job.Name + " failed: " + why)
 		return rec, 0, nil
 	}
 	if !jobSucceeded(&job) {
@@ -137,7 +138,7 @@ func (r *backupReconciler) startBackup(ctx context.Context, c client.Client, b *
 	}
 	objs, err := renderBackup(db, b, rec.Cluster, r.opts)
 	if err != nil {
-		rec.Phase, rec.Finished, rec.Message = fleetv1alpha1.BackupPhaseFailed, &now, truncate("rendering the backup Job: "+err.Error())
+		rec.Phase, rec.Finished, rec.Message = fleetv1alpha1.BackupPhaseFailed, &now, statusmsg.Bound("rendering the backup Job: "+err.Error())
 		return rec, 0, nil
 	}
 	for _, obj := range objs {

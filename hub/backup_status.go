@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 )
 
 // foldBackupStatus derives the phase and the conditions of a DatabaseBackup
@@ -80,7 +81,7 @@ func setBackupCondition(st *fleetv1alpha1.DatabaseBackupStatus, condType string,
 		status = metav1.ConditionTrue
 	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-		Type: condType, Status: status, Reason: reason, Message: truncate(msg), ObservedGeneration: st.ObservedGeneration,
+		Type: condType, Status: status, Reason: reason, Message: statusmsg.Bound(msg), ObservedGeneration: st.ObservedGeneration,
 	})
 }
 

@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"unicode/utf8"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -86,7 +86,7 @@ func untrustedBackupJob(cluster string, fb *finalBackupPlan, job *batchv1.Job) f
 	msg := fmt.Sprintf("Job %s in the member carries this backup's name or labels but is not the backup Job the hub runs "+
 		"(its pod differs): not trusted; delete it and the hub runs its own", job.Name)
 	rec := &fleetv1alpha1.BackupRecord{Cluster: cluster, Phase: fleetv1alpha1.BackupPhaseFailed, BackupID: id,
-		Location: member.BackupLocation(fb.db, id), Message: truncate(msg)}
+		Location: member.BackupLocation(fb.db, id), Message: statusmsg.Bound(msg)}
 	if fb.policy == fleetv1alpha1.FinalBackupBestEffort {
 		return finalBackupStep{record: rec, jobs: true}
 	}
@@ -102,15 +102,3 @@ const (
 	backupMessageMax = 512
 	backupWhyMax     = 400
 )
-
-// clipMessage cuts s to at most n bytes on a rune boundary, marking the cut.
-func clipMessage(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := max(n-len("..."), 0)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}

@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/placement"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 )
 
 // credentialsWaitRetry is how soon a Database that waits for a member to
@@ -70,10 +72,10 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 		return res, fmt.Errorf("listing member clusters: %w", err)
 	}
 	maybe, ran := map[string]bool{}, map[string]bool{}
-	for _, name := range currentMembers(db) {
+	for _, name := range placement.CurrentMembers(db) {
 		maybe[name], ran[name] = true, true
 	}
-	if placed, err := resolvePlacement(db, members.Items, currentMembers(db)); err == nil {
+	if placed, err := placement.Resolve(db, members.Items, placement.CurrentMembers(db)); err == nil {
 		for _, name := range placed.Targets {
 			maybe[name] = true
 		}
@@ -193,8 +195,8 @@ func waitingStatus(db *fleetv1alpha1.Database, reason, msg string) fleetv1alpha1
 		st.Phase = fleetv1alpha1.PhasePending
 	}
 	for _, c := range []metav1.Condition{
-		{Type: fleetv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: truncate(msg)},
-		{Type: fleetv1alpha1.ConditionReconciling, Status: metav1.ConditionTrue, Reason: reason, Message: truncate(msg)},
+		{Type: fleetv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: statusmsg.Bound(msg)},
+		{Type: fleetv1alpha1.ConditionReconciling, Status: metav1.ConditionTrue, Reason: reason, Message: statusmsg.Bound(msg)},
 		{Type: fleetv1alpha1.ConditionStalled, Status: metav1.ConditionFalse, Reason: reason, Message: "waiting; not terminal"},
 	} {
 		c.ObservedGeneration = gen

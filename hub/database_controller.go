@@ -18,6 +18,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/internal/placement"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -63,7 +64,7 @@ type databaseScope struct {
 	// results are the member syncs' last observations.
 	results map[string]*memberResult
 	// placement is the resolved placement; targets are its members.
-	placement placementResult
+	placement placement.Result
 	targets   map[string]bool
 	// teardown are members the Database is still being removed from.
 	teardown map[string]bool

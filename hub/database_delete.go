@@ -16,6 +16,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/internal/placement"
 )
 
 // reconcileDelete tears the Database down in every member it reached, then
@@ -152,7 +153,7 @@ func (r *databaseReconciler) placedNow(ctx context.Context, db *fleetv1alpha1.Da
 	if err != nil {
 		return nil, err
 	}
-	placed, err := resolvePlacement(db, admitted, nil)
+	placed, err := placement.Resolve(db, admitted, nil)
 	if err != nil {
 		return nil, nil //nolint:nilerr // an unresolvable placement placed nothing
 	}

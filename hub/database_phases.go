@@ -10,6 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/placement"
 )
 
 // reconcilePlacement resolves which members the Database is placed on. A
@@ -25,9 +26,9 @@ func (r *databaseReconciler) reconcilePlacement(ctx context.Context, s *database
 		return ctrl.Result{}, err
 	}
 	if len(denied) > 0 {
-		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonNamespaceNotAllowed, errors.New(notAllowedMessage(s.db, denied)))
+		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonNamespaceNotAllowed, errors.New(placement.NotAllowedMessage(s.db, denied)))
 	}
-	placed, err := resolvePlacement(s.db, admitted, currentMembers(s.db))
+	placed, err := placement.Resolve(s.db, admitted, placement.CurrentMembers(s.db))
 	if err != nil {
 		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonInvalidSpec, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -31,7 +32,7 @@ func (r *memberSyncReconciler) forbiddenOutcome(key types.NamespacedName, cluste
 	}
 	res.Status.Phase = phase
 	res.Status.Reason = fleetv1alpha1.ReasonForbidden
-	res.Status.Message = truncate("the member's RBAC refused the hub (not retried until the Database or the member's registration changes): " + err.Error())
+	res.Status.Message = statusmsg.Bound("the member's RBAC refused the hub (not retried until the Database or the member's registration changes): " + err.Error())
 	return syncOutcome{outcome: outcomeError, reason: reason, message: err.Error(), result: res, requeue: forbiddenRecheck}
 }
 

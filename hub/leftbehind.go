@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 )
 
 // maxLeftBehind bounds status.leftBehind (the CRD's MaxItems).
@@ -66,7 +67,7 @@ func leftBehindStatus(db *fleetv1alpha1.Database, left []string, targets map[str
 		if targets[name] {
 			continue
 		}
-		out = append(out, fleetv1alpha1.LeftBehind{Cluster: name, Message: truncate(leftBehindMessage(db, name)), Since: metav1.NewTime(now)})
+		out = append(out, fleetv1alpha1.LeftBehind{Cluster: name, Message: statusmsg.Bound(leftBehindMessage(db, name)), Since: metav1.NewTime(now)})
 	}
 	slices.SortFunc(out, func(a, b fleetv1alpha1.LeftBehind) int { return strings.Compare(a.Cluster, b.Cluster) })
 	if len(out) > maxLeftBehind {

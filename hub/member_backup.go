@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -175,7 +176,7 @@ func (r *memberSyncReconciler) startFinalBackup(ctx context.Context, c client.Cl
 		Location: member.BackupLocation(fb.db, id), Started: &now, Message: fmt.Sprintf("attempt %d running", attempt)}
 	if failed != nil {
 		rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, failed.Finished
-		rec.Message = clipMessage(failed.Message, backupMessageMax-len("; attempt  running")-len(strconv.Itoa(attempt))) +
+		rec.Message = statusmsg.Truncate(failed.Message, backupMessageMax-len("; attempt  running")-len(strconv.Itoa(attempt))) +
 			fmt.Sprintf("; attempt %d running", attempt)
 	}
 	return finalBackupStep{record: &rec, hold: true, requeue: finalBackupPollMin, jobs: true,
@@ -232,11 +233,11 @@ func (r *memberSyncReconciler) failureWhy(ctx context.Context, live client.Reade
 	dump, upload := r.backupResult(ctx, live, job)
 	switch {
 	case dump != nil && dump.Phase == fleetv1alpha1.BackupPhaseFailed:
-		return clipMessage(fmt.Sprintf("the backup failed at step %q (exit %d); see the logs of Job %s", dump.Step, dump.ExitCode, job.Name), backupWhyMax)
+		return statusmsg.Truncate(fmt.Sprintf("the backup failed at step %q (exit %d); see the logs of Job %s", dump.Step, dump.ExitCode, job.Name), backupWhyMax)
 	case upload != nil && upload.Phase == fleetv1alpha1.BackupPhaseFailed:
 		return "the copy to S3 failed (the backup is on the volume); see the logs of Job " + job.Name
 	}
-	return clipMessage(jobWhy+" (Job "+job.Name+")", backupWhyMax)
+	return statusmsg.Truncate(jobWhy+" (Job "+job.Name+")", backupWhyMax)
 }
 
 // removeFinalBackupJobs deletes this hub's final backup Jobs of the Database

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -177,7 +178,7 @@ func (r *memberSyncReconciler) finishRestore(ctx context.Context, c client.Clien
 			return rep, restoreJobPoll, nil
 		}
 		rep.Phase, rep.Reason, rep.Finished = fleetv1alpha1.BackupPhaseFailed, fleetv1alpha1.ReasonRestoreFailed, at.Unix()
-		rep.Message = truncate("restore Job " + last.Name + " failed (retried with backoff): " + why)
+		rep.Message = statusmsg.Bound("restore Job " + last.Name + " failed (retried with backoff): " + why)
 		if wait := time.Until(at.Add(rotationBackoff(restoreAttempt(last)))); wait > 0 {
 			return rep, wait, nil
 		}
@@ -225,7 +226,7 @@ type restoreWait struct {
 func (r *memberSyncReconciler) restoreSource(ctx context.Context, db *fleetv1alpha1.Database, cluster string) (*fleetv1alpha1.DatabaseBackup, restoreWait, error) {
 	rf := db.Spec.RestoreFrom
 	unusable := func(msg string) restoreWait {
-		return restoreWait{reason: fleetv1alpha1.ReasonBackupUnusable, message: truncate(msg)}
+		return restoreWait{reason: fleetv1alpha1.ReasonBackupUnusable, message: statusmsg.Bound(msg)}
 	}
 	if rf.FromCluster != "" && rf.FromCluster != cluster {
 		return nil, unusable(fmt.Sprintf("spec.restoreFrom.fromCluster is %s: this member cannot read a backup on another member's volume", rf.FromCluster)), nil
@@ -261,7 +262,7 @@ func (r *memberSyncReconciler) restoreLocationFor(ctx context.Context, db *fleet
 			loc += " (" + rec.Location + ")"
 		}
 	}
-	return truncate(loc)
+	return statusmsg.Bound(loc)
 }
 
 // instanceReady: every instance of the member's workload is ready (the
@@ -306,7 +307,7 @@ func applyRestore(st *fleetv1alpha1.ClusterStatus, rep restoreReport) {
 	case fleetv1alpha1.ClusterPhaseConflict, fleetv1alpha1.ClusterPhaseDegraded, fleetv1alpha1.ClusterPhaseUnreachable:
 		return
 	}
-	st.Phase, st.Reason, st.Message = fleetv1alpha1.ClusterPhaseProvisioning, rep.Reason, truncate(rep.Message)
+	st.Phase, st.Reason, st.Message = fleetv1alpha1.ClusterPhaseProvisioning, rep.Reason, statusmsg.Bound(rep.Message)
 }
 
 func unixOf(t *metav1.Time) int64 {

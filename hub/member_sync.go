@@ -20,6 +20,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
 	"github.com/fleetdb/fleetdb/member"
 )
@@ -269,7 +270,7 @@ func (r *memberSyncReconciler) teardown(ctx context.Context, c client.Client, li
 	case err != nil && isForbidden(err) && p.finalBackup.policy == fleetv1alpha1.FinalBackupBestEffort:
 		// The member's RBAC refuses the backup: BestEffort records it and goes on.
 		fb = finalBackupStep{record: &fleetv1alpha1.BackupRecord{Cluster: cluster, Phase: fleetv1alpha1.BackupPhaseFailed,
-			Message: truncate("the member's RBAC refused the final backup: " + redactAddresses(err.Error()))}}
+			Message: statusmsg.Bound("the member's RBAC refused the final backup: " + statusmsg.RedactAddresses(err.Error()))}}
 	case err != nil:
 		return r.finalBackupFailed(key, cluster, err)
 	}
@@ -313,10 +314,10 @@ func (r *memberSyncReconciler) finalBackupFailed(key types.NamespacedName, clust
 	if isForbidden(err) {
 		out := r.forbiddenOutcome(key, cluster, errReasonTeardown, err, fleetv1alpha1.ClusterPhaseDeleting)
 		out.result.FinalBackup = &fleetv1alpha1.BackupRecord{Cluster: cluster, Phase: fleetv1alpha1.BackupPhaseFailed,
-			Message: truncate("the member's RBAC refused the final backup (Jobs, volume claims, pods): " + redactAddresses(err.Error()))}
+			Message: statusmsg.Bound("the member's RBAC refused the final backup (Jobs, volume claims, pods): " + statusmsg.RedactAddresses(err.Error()))}
 		return out
 	}
-	return failedOutcome(errReasonTeardown, err, &memberResult{Status: deletingStatus(cluster, "final backup: "+redactAddresses(err.Error()))})
+	return failedOutcome(errReasonTeardown, err, &memberResult{Status: deletingStatus(cluster, "final backup: "+statusmsg.RedactAddresses(err.Error()))})
 }
 
 // applyFailed: an object fleetdb does not own blocks the member (terminal
@@ -413,7 +414,7 @@ func (r *memberSyncReconciler) failureResult(key types.NamespacedName, cluster s
 		res.Status, res.HasWorkload = prev.Status, prev.HasWorkload
 	}
 	res.Status.Phase = fleetv1alpha1.ClusterPhaseDegraded
-	res.Status.Message = truncate(redactAddresses(err.Error()))
+	res.Status.Message = statusmsg.Bound(statusmsg.RedactAddresses(err.Error()))
 	return res
 }
 
@@ -432,7 +433,7 @@ func (r *memberSyncReconciler) record(key types.NamespacedName, cluster string, 
 }
 
 func deletingStatus(cluster, msg string) fleetv1alpha1.ClusterStatus {
-	return fleetv1alpha1.ClusterStatus{Name: cluster, Phase: fleetv1alpha1.ClusterPhaseDeleting, Message: truncate(msg)}
+	return fleetv1alpha1.ClusterStatus{Name: cluster, Phase: fleetv1alpha1.ClusterPhaseDeleting, Message: statusmsg.Bound(msg)}
 }
 
 // liveReads is a member client whose reads go to the API server, not the cache.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -39,7 +40,7 @@ func unreachableOutcome(cluster, msg string) syncOutcome {
 	return syncOutcome{
 		outcome: outcomeUnreachable, reason: errReasonUnreachable, message: msg,
 		result: &memberResult{
-			Status:      fleetv1alpha1.ClusterStatus{Name: cluster, Phase: fleetv1alpha1.ClusterPhaseUnreachable, Message: truncate(msg)},
+			Status:      fleetv1alpha1.ClusterStatus{Name: cluster, Phase: fleetv1alpha1.ClusterPhaseUnreachable, Message: statusmsg.Bound(msg)},
 			Unreachable: true,
 		},
 	}
@@ -50,7 +51,7 @@ func conflictOutcome(cluster string, conflict *member.ConflictError) syncOutcome
 	return syncOutcome{
 		outcome: outcomeConflict, reason: errReasonConflict, message: conflict.Error(),
 		result: &memberResult{Status: fleetv1alpha1.ClusterStatus{
-			Name: cluster, Phase: fleetv1alpha1.ClusterPhaseConflict, Message: truncate(conflict.Error()),
+			Name: cluster, Phase: fleetv1alpha1.ClusterPhaseConflict, Message: statusmsg.Bound(conflict.Error()),
 		}, HasWorkload: true},
 	}
 }

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 )
 
 // restoreReasonOrder ranks the reasons of members that have not restored:
@@ -109,7 +110,7 @@ func keepTransitionTimes(st *fleetv1alpha1.DatabaseStatus, prev []metav1.Conditi
 // restoreRecord is a member's status.restore record from its report,
 // keeping the previous record's times when they did not change.
 func restoreRecord(cluster string, rep restoreReport, prev fleetv1alpha1.BackupRecord) fleetv1alpha1.BackupRecord {
-	rec := fleetv1alpha1.BackupRecord{Cluster: cluster, Phase: rep.Phase, Location: rep.Location, Message: truncate(rep.Message)}
+	rec := fleetv1alpha1.BackupRecord{Cluster: cluster, Phase: rep.Phase, Location: rep.Location, Message: statusmsg.Bound(rep.Message)}
 	rec.Started = timeOf(rep.Started, prev.Started)
 	rec.Finished = timeOf(rep.Finished, prev.Finished)
 	return rec

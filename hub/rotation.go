@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -165,7 +166,7 @@ func rotationCondition(db *fleetv1alpha1.Database, status metav1.ConditionStatus
 	return rotationOutcome{
 		condition: &metav1.Condition{
 			Type: fleetv1alpha1.ConditionCredentialsRotated, Status: status, Reason: reason,
-			Message: truncate(msg), ObservedGeneration: db.Generation,
+			Message: statusmsg.Bound(msg), ObservedGeneration: db.Generation,
 		},
 		status: &fleetv1alpha1.CredentialsStatus{RotatedToken: rotated, RotatingToken: rotating},
 	}

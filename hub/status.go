@@ -7,6 +7,8 @@ import (
 	"time"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/placement"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
 
@@ -17,7 +19,7 @@ const maxNamesInMessage = 10
 // statusInput is everything the status of a Database is computed from.
 type statusInput struct {
 	db        *fleetv1alpha1.Database
-	placement placementResult
+	placement placement.Result
 	// teardown are members being torn down (dropped from placement, or all on deletion).
 	teardown []string
 	// allowed are targets the rollout lets run the current generation.
@@ -162,7 +164,7 @@ func clusterEntry(in statusInput, prev map[string]fleetv1alpha1.ClusterStatus, n
 			why = r.Status.Message
 		}
 		cs.Phase = fleetv1alpha1.ClusterPhaseUnreachable
-		cs.Message = truncate("member unreachable: " + why)
+		cs.Message = statusmsg.Bound("member unreachable: " + why)
 	}
 	switch {
 	case tearingDown:
@@ -200,13 +202,4 @@ func names(list []string) string {
 		return strings.Join(list, ", ")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(list[:maxNamesInMessage], ", "), len(list)-maxNamesInMessage)
-}
-
-// truncate bounds a message for the status.
-func truncate(s string) string {
-	const limit = 480
-	if len(s) <= limit {
-		return s
-	}
-	return s[:limit] + "..."
 }

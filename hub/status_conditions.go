@@ -8,6 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/placement"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 )
 
 // One setter per Database condition. Each reads the tally (or the
@@ -21,14 +23,14 @@ import (
 // setCondition sets one condition at the status' observedGeneration, with a bounded message.
 func setCondition(st *fleetv1alpha1.DatabaseStatus, condType string, status metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-		Type: condType, Status: status, Reason: reason, Message: truncate(msg), ObservedGeneration: st.ObservedGeneration,
+		Type: condType, Status: status, Reason: reason, Message: statusmsg.Bound(msg), ObservedGeneration: st.ObservedGeneration,
 	})
 }
 
 // setPlacedCondition: True when placement chose at least one member; the
 // message names them, and the named members that are not registered or (when
 // nothing was placed) unschedulable.
-func setPlacedCondition(st *fleetv1alpha1.DatabaseStatus, p placementResult) {
+func setPlacedCondition(st *fleetv1alpha1.DatabaseStatus, p placement.Result) {
 	if len(p.Targets) == 0 {
 		msg := "placement selects no member cluster"
 		if len(p.Missing) > 0 {

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/placement"
 )
 
 // conditionAt runs a setter on a status at generation 5 that starts with
@@ -39,16 +40,16 @@ func expectCondition(g Gomega, c *metav1.Condition, want wantCondition) {
 func TestSetPlacedCondition(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		placement placementResult
+		placement placement.Result
 		want      wantCondition
 	}{
-		{"placed", placementResult{Targets: []string{"a", "b"}},
+		{"placed", placement.Result{Targets: []string{"a", "b"}},
 			wantCondition{metav1.ConditionTrue, fleetv1alpha1.ReasonPlaced, "placed on 2 member(s): a, b"}},
-		{"placed, a named member is not registered", placementResult{Targets: []string{"a"}, Missing: []string{"x"}},
+		{"placed, a named member is not registered", placement.Result{Targets: []string{"a"}, Missing: []string{"x"}},
 			wantCondition{metav1.ConditionTrue, fleetv1alpha1.ReasonPlaced, "; not registered: x"}},
-		{"nothing selected", placementResult{},
+		{"nothing selected", placement.Result{},
 			wantCondition{metav1.ConditionFalse, fleetv1alpha1.ReasonNoMatchingClusters, "placement selects no member cluster"}},
-		{"nothing placed: cordoned members are named", placementResult{Missing: []string{"x"}, Cordoned: []string{"c"}},
+		{"nothing placed: cordoned members are named", placement.Result{Missing: []string{"x"}, Cordoned: []string{"c"}},
 			wantCondition{metav1.ConditionFalse, fleetv1alpha1.ReasonNoMatchingClusters, "not registered: x; unschedulable: c"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/internal/placement"
 )
 
 // TestStatusAcrossHubRestart: a hub that has just started has no member
@@ -22,7 +23,7 @@ func TestStatusAcrossHubRestart(t *testing.T) {
 	now := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 	// The status the killed hub left: Ready on generation 2 in a and b.
 	before := computeStatus(statusInput{
-		db: statusDB(2), placement: placementResult{Targets: []string{"a", "b"}}, allowed: bothAllowed,
+		db: statusDB(2), placement: placement.Result{Targets: []string{"a", "b"}}, allowed: bothAllowed,
 		results: map[string]*memberResult{"a": readyResult("a", 2), "b": readyResult("b", 2)}, unreachable: reachableAll, now: now,
 	})
 	NewWithT(t).Expect(before.Phase).To(Equal(fleetv1alpha1.PhaseReady))
@@ -51,7 +52,7 @@ func TestStatusAcrossHubRestart(t *testing.T) {
 			db := statusDB(2)
 			db.Status = before
 			after := computeStatus(statusInput{
-				db: db, placement: placementResult{Targets: []string{"a", "b"}}, allowed: bothAllowed,
+				db: db, placement: placement.Result{Targets: []string{"a", "b"}}, allowed: bothAllowed,
 				results:     map[string]*memberResult{}, // nothing observed since the start
 				unreachable: func(n string) (bool, string) { return statusHealth(tc.health[n]) },
 				now:         now.Add(time.Second),

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/placement"
 )
 
 func readyResult(name string, gen int64) *memberResult {
@@ -130,7 +131,7 @@ func TestComputeStatus(t *testing.T) {
 				un = reachableAll
 			}
 			st := computeStatus(statusInput{
-				db: statusDB(tc.gen), placement: placementResult{Targets: tc.targets}, allowed: tc.allowed,
+				db: statusDB(tc.gen), placement: placement.Result{Targets: tc.targets}, allowed: tc.allowed,
 				results: tc.results, unreachable: un, teardown: tc.teardown, now: now,
 			})
 			tc.check(g, st)
@@ -142,7 +143,7 @@ func TestComputeStatusIsStable(t *testing.T) {
 	g := NewWithT(t)
 	db := statusDB(1)
 	in := statusInput{
-		db: db, placement: placementResult{Targets: []string{"a", "b"}}, allowed: map[string]bool{"a": true, "b": true},
+		db: db, placement: placement.Result{Targets: []string{"a", "b"}}, allowed: map[string]bool{"a": true, "b": true},
 		results:     map[string]*memberResult{"a": readyResult("a", 1), "b": readyResult("b", 1)},
 		unreachable: reachableAll, now: time.Now(),
 	}
@@ -172,7 +173,7 @@ func TestStatusStaysBoundedAt100Members(t *testing.T) {
 		results[name] = r
 	}
 	st := computeStatus(statusInput{
-		db: db, placement: placementResult{Targets: targets, Missing: targets}, results: results,
+		db: db, placement: placement.Result{Targets: targets, Missing: targets}, results: results,
 		unreachable: func(string) (bool, string) { return true, strings.Repeat("y", 5000) }, now: time.Now(),
 	})
 	b, err := json.Marshal(st)

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 )
 
 // summarise sets the topology phase and the TopologyStable condition.
@@ -85,7 +86,7 @@ func (t *topologyPass) apply(st *fleetv1alpha1.DatabaseStatus) {
 	st.Topology = &top
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 		Type: fleetv1alpha1.ConditionTopologyStable, Status: t.condStatus, Reason: t.condReason,
-		Message: truncate(t.msg), ObservedGeneration: st.ObservedGeneration,
+		Message: statusmsg.Bound(t.msg), ObservedGeneration: st.ObservedGeneration,
 	})
 	for i := range st.Clusters {
 		st.Clusters[i].Role = memberRoleOf(&top, st.Clusters[i].Name)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -63,7 +64,7 @@ func (t *topologyPass) wait(sw *fleetv1alpha1.SwitchoverStatus, waiting string) 
 		return
 	}
 	sw.Outcome, sw.Finished = switchoverFailed, timePtr(t.in.now)
-	sw.Message = truncate(fmt.Sprintf("step %s did not finish within %s: %s", sw.Step, timeout, waiting))
+	sw.Message = statusmsg.Bound(fmt.Sprintf("step %s did not finish within %s: %s", sw.Step, timeout, waiting))
 	t.finished = append(t.finished, finishedStep{sw: *sw.DeepCopy(), step: sw.Step, started: sw.StepStarted.Time, ended: t.in.now, outcome: "TimedOut"})
 	reason := fleetv1alpha1.ReasonSwitchoverStepTimedOut
 	if sw.Step == fleetv1alpha1.StepCheckTarget {

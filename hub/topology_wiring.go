@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/pki"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -49,23 +50,23 @@ func (r *databaseReconciler) reconcileTopologyWiring(ctx context.Context, s *dat
 	for _, p := range peers {
 		hosts[p.Name] = p.Host
 	}
-	pki, err := ensureTopologyPKI(ctx, r.hub, r.live, s.db, hosts, r.now())
-	var broken errTopologyPKI
+	certs, err := ensureTopologyPKI(ctx, r.hub, r.live, s.db, hosts, r.now())
+	var broken pki.Error
 	switch {
 	case errors.As(err, &broken):
 		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonTopologyCertificates, err)
 	case err != nil:
 		return ctrl.Result{}, err
 	}
-	if len(pki.issued) > 0 {
+	if len(certs.Issued) > 0 {
 		r.recorder.Eventf(s.db, nil, corev1.EventTypeNormal, "CertificatesIssued", "Topology",
-			"issued replication certificates from the Database's CA: %s", strings.Join(pki.issued, ", "))
+			"issued replication certificates from the Database's CA: %s", strings.Join(certs.Issued, ", "))
 	}
 	s.topology = map[string]*member.Topology{}
 	for _, name := range s.placement.Targets {
-		s.topology[name] = topologyFor(s.db, name, peers, pki.certs[name])
+		s.topology[name] = topologyFor(s.db, name, peers, certs.Certs[name])
 	}
-	return ctrl.Result{RequeueAfter: untilRenewal(pki.renew, r.now())}, nil
+	return ctrl.Result{RequeueAfter: untilRenewal(certs.Renew, r.now())}, nil
 }
 
 // untilRenewal is the requeue that brings the reconcile back when the first

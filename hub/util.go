@@ -10,8 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
-
-	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 )
 
 // request builds a multicluster request for a Database key in a cluster ("" is the hub).
@@ -24,17 +22,6 @@ func request(cluster string, key types.NamespacedName) mcreconcile.Request {
 
 func metav1Time(t time.Time) metav1.Time {
 	return metav1.NewTime(t.Truncate(time.Second))
-}
-
-// currentMembers are the members a Database is placed on now (from its status).
-func currentMembers(db *fleetv1alpha1.Database) []string {
-	out := make([]string, 0, len(db.Status.Clusters))
-	for _, c := range db.Status.Clusters {
-		if c.Phase != fleetv1alpha1.ClusterPhaseDeleting {
-			out = append(out, c.Name)
-		}
-	}
-	return out
 }
 
 func setOf(list []string) map[string]bool {

@@ -1,4 +1,4 @@
-package hub
+package placement
 
 import (
 	"testing"
@@ -46,7 +46,7 @@ func TestResolvePlacement(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			db := &fleetv1alpha1.Database{Spec: fleetv1alpha1.DatabaseSpec{Placement: tc.placement}}
-			got, err := resolvePlacement(db, fleet, tc.current)
+			got, err := Resolve(db, fleet, tc.current)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(got.Targets).To(Equal(tc.want))
 			g.Expect(got.Missing).To(Equal(tc.missing))
@@ -60,25 +60,25 @@ func TestResolvePlacement(t *testing.T) {
 		drained.Spec.Drain = true
 		fleet := []fleetv1alpha1.MemberCluster{mc("us-1", prod, false), drained}
 		db := &fleetv1alpha1.Database{Spec: fleetv1alpha1.DatabaseSpec{Placement: fleetv1alpha1.PlacementSpec{ClusterSelector: sel}}}
-		got, err := resolvePlacement(db, fleet, []string{"eu-1", "us-1"})
+		got, err := Resolve(db, fleet, []string{"eu-1", "us-1"})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(got.Targets).To(Equal([]string{"us-1"}))
 		g.Expect(got.Drained).To(Equal([]string{"eu-1"}))
 
 		named := &fleetv1alpha1.Database{Spec: fleetv1alpha1.DatabaseSpec{Placement: fleetv1alpha1.PlacementSpec{ClusterNames: []string{"eu-1"}}}}
-		got, err = resolvePlacement(named, fleet, []string{"eu-1"})
+		got, err = Resolve(named, fleet, []string{"eu-1"})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(got.Targets).To(BeEmpty())
 
 		primary := named.DeepCopy()
 		primary.Spec.Placement.ClusterNames = []string{"eu-1", "us-1"}
 		primary.Spec.Topology = &fleetv1alpha1.TopologySpec{Mode: fleetv1alpha1.TopologyPrimaryStandby, PrimaryCluster: "eu-1"}
-		got, err = resolvePlacement(primary, fleet, []string{"eu-1", "us-1"})
+		got, err = Resolve(primary, fleet, []string{"eu-1", "us-1"})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(got.Targets).To(Equal([]string{"eu-1", "us-1"}))
 		g.Expect(got.DrainHeld).To(Equal([]string{"eu-1"}))
 		// Not placed there yet: a drained member is never a new primary's home.
-		got, err = resolvePlacement(primary, fleet, []string{"us-1"})
+		got, err = Resolve(primary, fleet, []string{"us-1"})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(got.Targets).To(Equal([]string{"us-1"}))
 	})
@@ -88,7 +88,7 @@ func TestResolvePlacement(t *testing.T) {
 		db := &fleetv1alpha1.Database{Spec: fleetv1alpha1.DatabaseSpec{Placement: fleetv1alpha1.PlacementSpec{
 			ClusterSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: "Sometimes"}}},
 		}}}
-		_, err := resolvePlacement(db, fleet, nil)
+		_, err := Resolve(db, fleet, nil)
 		g.Expect(err).To(MatchError(ContainSubstring("clusterSelector")))
 	})
 }

@@ -1,4 +1,8 @@
-package hub
+// Package placement is the hub's placement of a Database over the member
+// clusters and the tenancy rule that decides which members a namespace may
+// use. It is pure (no client): the hub's Database controller and the
+// kubectl plugin's drain preview share it.
+package placement
 
 import (
 	"fmt"
@@ -10,8 +14,8 @@ import (
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 )
 
-// placementResult is the outcome of resolving a Database's placement.
-type placementResult struct {
+// Result is the outcome of resolving a Database's placement.
+type Result struct {
 	// Targets are the chosen members, in deterministic order.
 	Targets []string
 	// Missing are named clusters that are not registered.
@@ -26,18 +30,9 @@ type placementResult struct {
 	DrainHeld []string
 }
 
-// ResolvePlacement is the hub's placement of db over members (those its
-// namespace may use), given the members it is placed on now: what
-// `kubectl fleetdb drain` previews. It returns the chosen members, and the
-// draining members kept because they hold db's primary.
-func ResolvePlacement(db *fleetv1alpha1.Database, members []fleetv1alpha1.MemberCluster, current []string) (targets, drainHeld []string, err error) {
-	res, err := resolvePlacement(db, members, current)
-	return res.Targets, res.DrainHeld, err
-}
-
-// holdsPrimary reports whether member is, or is becoming, the primary of a
+// HoldsPrimary reports whether member is, or is becoming, the primary of a
 // PrimaryStandby Database: the one in the spec or the one in the status.
-func holdsPrimary(db *fleetv1alpha1.Database, member string) bool {
+func HoldsPrimary(db *fleetv1alpha1.Database, member string) bool {
 	if db.TopologyMode() != fleetv1alpha1.TopologyPrimaryStandby {
 		return false
 	}
@@ -47,19 +42,19 @@ func holdsPrimary(db *fleetv1alpha1.Database, member string) bool {
 	return db.Status.Topology != nil && db.Status.Topology.PrimaryCluster == member
 }
 
-// resolvePlacement chooses the members of a Database: the clusters named in
+// Resolve chooses the members of a Database: the clusters named in
 // spec.placement.clusterNames followed by the clusters its selector matches
 // (by name), capped by maxClusters. Unschedulable members get no new
 // placement but keep an existing one (current lists the members the
 // Database is placed on now). Members already placed come first when the cap
 // bites, so a new registration never moves a running Database.
-func resolvePlacement(db *fleetv1alpha1.Database, members []fleetv1alpha1.MemberCluster, current []string) (placementResult, error) {
+func Resolve(db *fleetv1alpha1.Database, members []fleetv1alpha1.MemberCluster, current []string) (Result, error) {
 	p := db.Spec.Placement
 	var selector labels.Selector
 	if p.ClusterSelector != nil {
 		s, err := metav1.LabelSelectorAsSelector(p.ClusterSelector)
 		if err != nil {
-			return placementResult{}, fmt.Errorf("spec.placement.clusterSelector: %w", err)
+			return Result{}, fmt.Errorf("spec.placement.clusterSelector: %w", err)
 		}
 		selector = s
 	}
@@ -93,7 +88,7 @@ type placementChoice struct {
 	byName     map[string]*fleetv1alpha1.MemberCluster
 	seen       map[string]bool
 	candidates []string
-	res        placementResult
+	res        Result
 }
 
 // add makes a registered member a candidate once, if it is eligible.
@@ -113,7 +108,7 @@ func (c *placementChoice) eligible(name string) bool {
 	}
 	placed := slices.Contains(c.current, name)
 	if m.Spec.Drain {
-		if placed && holdsPrimary(c.db, name) {
+		if placed && HoldsPrimary(c.db, name) {
 			c.res.DrainHeld = append(c.res.DrainHeld, name)
 			return true
 		}
