@@ -55,12 +55,19 @@ func main() {
 	var qps float64
 	flag.Float64Var(&qps, "member-qps", clusters.DefaultQPS, "client QPS per member")
 	flag.IntVar(&cfg.Registry.Burst, "member-burst", clusters.DefaultBurst, "client burst per member")
-	flag.BoolVar(&devLogs, "dev-logs", false, "human-readable logs instead of JSON")
+	flag.BoolVar(&devLogs, "dev-logs", false, "human-readable logs instead of JSON (same as --zap-devel)")
+	// controller-runtime's logging flags: --zap-log-level (info by default;
+	// debug or 1 turns the hub's V(1) lines on), --zap-encoder, --zap-devel,
+	// --zap-stacktrace-level, --zap-time-encoding.
+	logOpts := zap.Options{Level: zapcore.InfoLevel, StacktraceLevel: zapcore.PanicLevel}
+	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	cfg.Registry.QPS = float32(qps)
+	if devLogs {
+		logOpts.Development = true
+	}
 
-	ctrl.SetLogger(zap.New(zap.UseDevMode(devLogs), zap.Level(zapcore.InfoLevel), zap.StacktraceLevel(zapcore.PanicLevel),
-		zap.RawZapOpts()))
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
 	log := ctrl.Log.WithName("fleetdb-hub")
 
 	restCfg, err := ctrl.GetConfig()
