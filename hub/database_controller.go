@@ -18,6 +18,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub/internal/topology"
 	"github.com/fleetdb/fleetdb/internal/placement"
 	"github.com/fleetdb/fleetdb/member"
 )
@@ -81,7 +82,7 @@ type databaseScope struct {
 	topology map[string]*member.Topology
 	// topologyPass is the PrimaryStandby topology's part of the status
 	// (nil for an Independent Database).
-	topologyPass *topologyPass
+	topologyPass *topology.Pass
 }
 
 // stall ends the reconcile on a terminal error: the status written at the

@@ -110,7 +110,7 @@ func (r *databaseReconciler) reconcileStatus(_ context.Context, s *databaseScope
 	r.finalBackupEvents(s.db, st.FinalBackups)
 	s.rotation.apply(&st)
 	if s.topologyPass != nil {
-		s.topologyPass.apply(&st)
+		s.topologyPass.Apply(&st)
 	}
 	applyRestoreStatus(&st, s.db, s.results, s.placement.Targets)
 	r.memberEvents(s.db, st)

@@ -20,6 +20,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub/internal/topology"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
 	"github.com/fleetdb/fleetdb/member"
@@ -211,7 +212,7 @@ func (r *memberSyncReconciler) syncWorkload(ctx context.Context, c client.Client
 	wrote := false
 	// A PrimaryStandby Database's members are written once the hub stored
 	// which one is primary (topologyDecided).
-	if role == roleApply && db.Generation == p.generation && topologyDecided(db) {
+	if role == roleApply && db.Generation == p.generation && topology.Decided(db) {
 		res, err := r.apply(ctx, live, c, cluster, db, p, rot.creds, rest)
 		if err != nil {
 			out := r.applyFailed(key, cluster, err)

@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/topology"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
 
@@ -40,34 +41,34 @@ func (r *databaseReconciler) reconcileTopology(ctx context.Context, s *databaseS
 		return ctrl.Result{}, nil
 	}
 	// reconcileTopologyWiring stalled a Database whose primaryCluster is not placed.
-	views := map[string]memberView{}
+	views := map[string]topology.MemberView{}
 	for m := range s.targets {
 		// Unreachable is the registry's verdict. A member it is still
 		// connecting to (a hub that just started) is not: it has not
 		// reported yet, and a sync that ran before the connection (which
 		// records it Unreachable) is no report either.
 		h := r.provider.Health(m)
-		v := memberView{unreachable: !h.Ready && h.Reason != "" && h.Reason != fleetv1alpha1.ReasonConnecting}
+		v := topology.MemberView{Unreachable: !h.Ready && h.Reason != "" && h.Reason != fleetv1alpha1.ReasonConnecting}
 		if res := s.results[m]; res != nil && !res.Unreachable {
-			v.repl, v.at, v.reported = res.Replication, res.At, true
+			v.Replication, v.At, v.Reported = res.Replication, res.At, true
 		}
 		views[m] = v
 	}
-	in := topologyInput{db: s.db, targets: s.targets, views: views, now: r.now()}
+	in := topology.Input{DB: s.db, Targets: s.targets, Views: views, Now: r.now()}
 	if r.tracer != nil {
-		in.newTraceID = newTraceID
+		in.NewTraceID = newTraceID
 	}
-	pass := runTopology(in)
+	pass := topology.Run(in)
 	s.topologyPass = pass
-	for _, e := range pass.events {
+	for _, e := range pass.Events {
 		kind := corev1.EventTypeNormal
-		if e.warning {
+		if e.Warning {
 			kind = corev1.EventTypeWarning
 		}
-		r.recorder.Eventf(s.db, nil, kind, e.reason, "Topology", "%s", e.message)
+		r.recorder.Eventf(s.db, nil, kind, e.Reason, "Topology", "%s", e.Message)
 	}
 	r.switchoverSpans(ctx, s.db, pass)
-	return ctrl.Result{RequeueAfter: pass.requeue}, nil
+	return ctrl.Result{RequeueAfter: pass.Requeue}, nil
 }
 
 // newTraceID is a random trace id for a switchover's trace.
@@ -81,36 +82,36 @@ func newTraceID() string {
 // and one for the switchover when it finished, as children of one parent
 // derived from the switchover's trace id: across reconciles and hub
 // restarts the steps of a switchover make one trace.
-func (r *databaseReconciler) switchoverSpans(ctx context.Context, db *fleetv1alpha1.Database, pass *topologyPass) {
+func (r *databaseReconciler) switchoverSpans(ctx context.Context, db *fleetv1alpha1.Database, pass *topology.Pass) {
 	if r.tracer == nil {
 		return
 	}
 	link := trace.LinkFromContext(ctx)
-	for _, f := range pass.finished {
+	for _, f := range pass.Finished {
 		r.switchoverSpan(ctx, db, spanSwitchoverStep, f, link)
 	}
-	if last := pass.st.LastSwitchover; last != nil && last.Finished != nil && pass.st.Switchover == nil &&
+	if last := pass.Status.LastSwitchover; last != nil && last.Finished != nil && pass.Status.Switchover == nil &&
 		(db.Status.Topology == nil || db.Status.Topology.Switchover != nil) {
-		r.switchoverSpan(ctx, db, spanSwitchover, finishedStep{sw: *last, started: last.Started.Time, ended: last.Finished.Time, outcome: last.Outcome}, link)
+		r.switchoverSpan(ctx, db, spanSwitchover, topology.FinishedStep{Switchover: *last, Started: last.Started.Time, Ended: last.Finished.Time, Outcome: last.Outcome}, link)
 	}
 }
 
-func (r *databaseReconciler) switchoverSpan(ctx context.Context, db *fleetv1alpha1.Database, name string, f finishedStep, link trace.Link) {
-	parent, ok := switchoverParent(f.sw.TraceID)
+func (r *databaseReconciler) switchoverSpan(ctx context.Context, db *fleetv1alpha1.Database, name string, f topology.FinishedStep, link trace.Link) {
+	parent, ok := switchoverParent(f.Switchover.TraceID)
 	if !ok {
 		return
 	}
 	attrs := []attribute.KeyValue{
 		telemetry.AttrDatabaseNamespace.String(db.Namespace), telemetry.AttrDatabaseName.String(db.Name),
-		attrSwitchoverKind.String(string(f.sw.Kind)), attrSwitchoverFrom.String(f.sw.From), attrSwitchoverTo.String(f.sw.To),
-		telemetry.AttrOutcome.String(f.outcome),
+		attrSwitchoverKind.String(string(f.Switchover.Kind)), attrSwitchoverFrom.String(f.Switchover.From), attrSwitchoverTo.String(f.Switchover.To),
+		telemetry.AttrOutcome.String(f.Outcome),
 	}
-	if f.step != "" {
-		attrs = append(attrs, attrSwitchoverStep.String(string(f.step)))
+	if f.Step != "" {
+		attrs = append(attrs, attrSwitchoverStep.String(string(f.Step)))
 	}
 	_, span := r.tracer.Start(trace.ContextWithRemoteSpanContext(ctx, parent), name,
-		trace.WithTimestamp(f.started), trace.WithAttributes(attrs...), trace.WithLinks(link))
-	span.End(trace.WithTimestamp(f.ended))
+		trace.WithTimestamp(f.Started), trace.WithAttributes(attrs...), trace.WithLinks(link))
+	span.End(trace.WithTimestamp(f.Ended))
 }
 
 // switchoverParent is the span context every span of a switchover hangs

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/topology"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -22,7 +23,7 @@ func topologyRoles(db *fleetv1alpha1.Database, targets []string) map[string]stri
 	}
 	out := make(map[string]string, len(targets))
 	for _, m := range targets {
-		out[m] = roleKey(db, m)
+		out[m] = topology.RoleKey(db, m)
 	}
 	return out
 }

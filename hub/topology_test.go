@@ -12,13 +12,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/topology"
 	"github.com/fleetdb/fleetdb/member"
 )
 
 // cnpgModel plays CloudNativePG for the members of a topology: it takes
 // what decideRole renders and reports the replication status back.
 type cnpgModel struct {
-	spec       map[string]renderedRole
+	spec       map[string]topology.RenderedRole
 	status     map[string]*member.ReplicationStatus
 	frozen     map[string]bool // writes are not taken (unreachable or hung)
 	unhealthy  map[string]bool
@@ -28,7 +29,7 @@ type cnpgModel struct {
 }
 
 func newModel(members ...string) *cnpgModel {
-	m := &cnpgModel{spec: map[string]renderedRole{}, status: map[string]*member.ReplicationStatus{},
+	m := &cnpgModel{spec: map[string]topology.RenderedRole{}, status: map[string]*member.ReplicationStatus{},
 		frozen: map[string]bool{}, unhealthy: map[string]bool{}, issued: map[string]bool{}}
 	for _, name := range members {
 		m.status[name] = &member.ReplicationStatus{}
@@ -42,7 +43,7 @@ func (m *cnpgModel) render(db *fleetv1alpha1.Database) {
 		if m.frozen[name] {
 			continue
 		}
-		role, ok := decideRole(db, name)
+		role, ok := topology.DecideRole(db, name)
 		if !ok {
 			continue
 		}
@@ -68,15 +69,15 @@ func (m *cnpgModel) render(db *fleetv1alpha1.Database) {
 	m.maxPrimary = max(m.maxPrimary, primaries)
 }
 
-func (m *cnpgModel) views(at time.Time) map[string]memberView {
-	out := map[string]memberView{}
+func (m *cnpgModel) views(at time.Time) map[string]topology.MemberView {
+	out := map[string]topology.MemberView{}
 	for name, st := range m.status {
 		if m.frozen[name] {
-			out[name] = memberView{unreachable: true}
+			out[name] = topology.MemberView{Unreachable: true}
 			continue
 		}
 		c := *st
-		out[name] = memberView{repl: &c, at: at, reported: true}
+		out[name] = topology.MemberView{Replication: &c, At: at, Reported: true}
 	}
 	return out
 }
@@ -92,8 +93,8 @@ func psDB(primary string) *fleetv1alpha1.Database {
 }
 
 // drive runs passes (render, observe, decide, store) for n simulated seconds.
-func drive(db *fleetv1alpha1.Database, m *cnpgModel, now *time.Time, n int) *topologyPass {
-	var pass *topologyPass
+func drive(db *fleetv1alpha1.Database, m *cnpgModel, now *time.Time, n int) *topology.Pass {
+	var pass *topology.Pass
 	targets := map[string]bool{}
 	for name := range m.status {
 		targets[name] = true
@@ -101,8 +102,8 @@ func drive(db *fleetv1alpha1.Database, m *cnpgModel, now *time.Time, n int) *top
 	for range n {
 		m.render(db)
 		*now = now.Add(time.Second)
-		pass = runTopology(topologyInput{db: db, targets: targets, views: m.views(*now), now: *now})
-		st := pass.st
+		pass = topology.Run(topology.Input{DB: db, Targets: targets, Views: m.views(*now), Now: *now})
+		st := pass.Status
 		db.Status.Topology = &st
 	}
 	return pass
@@ -112,18 +113,18 @@ func TestSwitchover(t *testing.T) {
 	g := NewWithT(t)
 	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	db, m := psDB("a"), newModel("a", "b", "c")
-	g.Expect(topologyDecided(db)).To(BeFalse(), "members wait for the stored primary")
+	g.Expect(topology.Decided(db)).To(BeFalse(), "members wait for the stored primary")
 	pass := drive(db, m, &now, 5)
-	g.Expect(pass.condReason).To(Equal(fleetv1alpha1.ReasonTopologyStable))
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTopologyStable))
 	g.Expect(m.spec["b"].Primary).To(Equal("a"))
 
 	db.Spec.Topology.PrimaryCluster = "b"
 	pass = drive(db, m, &now, 20)
-	g.Expect(pass.condReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), pass.msg)
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), pass.Msg)
 	st := db.Status.Topology
 	g.Expect(st.PrimaryCluster).To(Equal("b"))
 	g.Expect(st.Switchover).To(BeNil())
-	g.Expect(st.LastSwitchover.Outcome).To(Equal(switchoverSucceeded))
+	g.Expect(st.LastSwitchover.Outcome).To(Equal(topology.SwitchoverSucceeded))
 	g.Expect(st.LastSwitchover.DemotionToken).To(Equal(m.status["b"].LastPromotionToken))
 	for _, name := range []string{"a", "b", "c"} {
 		g.Expect(m.spec[name].Primary).To(Equal("b"), name)
@@ -145,15 +146,15 @@ func TestSwitchoverTargetUnhealthy(t *testing.T) {
 	m.unhealthy["b"] = true
 	db.Spec.Topology.PrimaryCluster = "b"
 	pass := drive(db, m, &now, 15)
-	g.Expect(pass.condReason).To(Equal(fleetv1alpha1.ReasonTargetUnhealthy))
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTargetUnhealthy))
 	g.Expect(m.spec["a"].Primary).To(Equal("a"), "nothing was changed")
 	g.Expect(m.spec["b"].Primary).To(Equal("a"))
 
 	// Abort: a stays primary, Stable again.
 	db.Spec.Topology.PrimaryCluster = "a"
 	pass = drive(db, m, &now, 3)
-	g.Expect(db.Status.Topology.LastSwitchover.Outcome).To(Equal(switchoverAborted))
-	g.Expect(pass.condReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), pass.msg)
+	g.Expect(db.Status.Topology.LastSwitchover.Outcome).To(Equal(topology.SwitchoverAborted))
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), pass.Msg)
 }
 
 func TestSwitchoverDemotionTimesOut(t *testing.T) {
@@ -168,12 +169,12 @@ func TestSwitchoverDemotionTimesOut(t *testing.T) {
 		m.render(db)
 		m.status["a"].DemotionToken = ""
 		now = now.Add(time.Second)
-		pass := runTopology(topologyInput{db: db, targets: map[string]bool{"a": true, "b": true}, views: m.views(now), now: now})
-		st := pass.st
+		pass := topology.Run(topology.Input{DB: db, Targets: map[string]bool{"a": true, "b": true}, Views: m.views(now), Now: now})
+		st := pass.Status
 		db.Status.Topology = &st
 	}
 	sw := db.Status.Topology.Switchover
-	g.Expect(sw.Outcome).To(Equal(switchoverFailed))
+	g.Expect(sw.Outcome).To(Equal(topology.SwitchoverFailed))
 	g.Expect(sw.Step).To(Equal(fleetv1alpha1.StepWaitDemotion))
 	g.Expect(m.spec["b"].Primary).To(Equal("a"), "the target is never promoted without the token")
 	g.Expect(m.maxPrimary).To(Equal(1))
@@ -191,7 +192,7 @@ func TestForcedFailover(t *testing.T) {
 	drive(db, m, &now, 3)
 	m.frozen["a"] = true
 	pass := drive(db, m, &now, 2)
-	g.Expect(pass.condReason).To(Equal(fleetv1alpha1.ReasonPrimaryUnreachable))
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonPrimaryUnreachable))
 	g.Expect(db.Status.Topology.Phase).To(Equal(fleetv1alpha1.TopologyDegraded))
 
 	db.Spec.Topology.PrimaryCluster = "b"
@@ -205,17 +206,17 @@ func TestForcedFailover(t *testing.T) {
 	g.Expect(st.PrimaryCluster).To(Equal("b"))
 	g.Expect(st.LastSwitchover.Kind).To(Equal(fleetv1alpha1.SwitchoverForced))
 	g.Expect(st.Fenced).To(ConsistOf("a"))
-	g.Expect(pass.condReason).To(Equal(fleetv1alpha1.ReasonFenced))
-	g.Expect(memberRoleOf(st, "a")).To(Equal(fleetv1alpha1.RoleFenced))
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonFenced))
+	g.Expect(topology.MemberRoleOf(st, "a")).To(Equal(fleetv1alpha1.RoleFenced))
 
 	// a comes back: its first write makes it a standby of b, then it is released.
 	m.frozen["a"] = false
-	role, _ := decideRole(db, "a")
+	role, _ := topology.DecideRole(db, "a")
 	g.Expect(role.Primary).To(Equal("b"))
 	pass = drive(db, m, &now, 3)
 	g.Expect(db.Status.Topology.Fenced).To(BeEmpty())
-	g.Expect(pass.condReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), pass.msg)
-	g.Expect(memberRoleOf(db.Status.Topology, "a")).To(Equal(fleetv1alpha1.RoleStandby))
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), pass.Msg)
+	g.Expect(topology.MemberRoleOf(db.Status.Topology, "a")).To(Equal(fleetv1alpha1.RoleStandby))
 }
 
 // TestSwitchoverTrace: every step of a switchover is a span in the trace
@@ -232,13 +233,13 @@ func TestSwitchoverTrace(t *testing.T) {
 	for range 20 {
 		m.render(db)
 		now = now.Add(time.Second)
-		pass := runTopology(topologyInput{db: db, targets: targets, views: m.views(now), now: now, newTraceID: newTraceID})
+		pass := topology.Run(topology.Input{DB: db, Targets: targets, Views: m.views(now), Now: now, NewTraceID: newTraceID})
 		r.switchoverSpans(context.Background(), db, pass)
-		st := pass.st
+		st := pass.Status
 		db.Status.Topology = &st
 	}
 	last := db.Status.Topology.LastSwitchover
-	g.Expect(last.Outcome).To(Equal(switchoverSucceeded))
+	g.Expect(last.Outcome).To(Equal(topology.SwitchoverSucceeded))
 	g.Expect(last.TraceID).To(HaveLen(32))
 	var steps []string
 	for _, s := range rec.Ended() {
@@ -264,15 +265,15 @@ func TestTopologyAfterRestart(t *testing.T) {
 	db, m := psDB("a"), newModel("a", "b", "c")
 	pass := drive(db, m, &now, 3)
 	st := fleetv1alpha1.DatabaseStatus{}
-	pass.apply(&st)
+	pass.Apply(&st)
 	db.Status.Conditions = st.Conditions
-	g.Expect(pass.condReason).To(Equal(fleetv1alpha1.ReasonTopologyStable))
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTopologyStable))
 
 	targets := map[string]bool{"a": true, "b": true, "c": true}
-	none := map[string]memberView{}
-	restarted := runTopology(topologyInput{db: db, targets: targets, views: none, now: now})
-	g.Expect(restarted.condReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), "no flap after a restart")
-	g.Expect(restarted.st.Phase).To(Equal(fleetv1alpha1.TopologyStable))
+	none := map[string]topology.MemberView{}
+	restarted := topology.Run(topology.Input{DB: db, Targets: targets, Views: none, Now: now})
+	g.Expect(restarted.CondReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), "no flap after a restart")
+	g.Expect(restarted.Status.Phase).To(Equal(fleetv1alpha1.TopologyStable))
 
 	// A switchover at Repoint: c has not reported since the restart.
 	db.Spec.Topology.PrimaryCluster = "b"
@@ -283,8 +284,8 @@ func TestTopologyAfterRestart(t *testing.T) {
 		if sw := db.Status.Topology.Switchover; sw != nil && sw.Step == fleetv1alpha1.StepRepoint {
 			delete(views, "c")
 		}
-		pass = runTopology(topologyInput{db: db, targets: targets, views: views, now: now})
-		top := pass.st
+		pass = topology.Run(topology.Input{DB: db, Targets: targets, Views: views, Now: now})
+		top := pass.Status
 		db.Status.Topology = &top
 	}
 	sw := db.Status.Topology.Switchover

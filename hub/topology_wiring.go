@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/topology"
 	"github.com/fleetdb/fleetdb/internal/pki"
 	"github.com/fleetdb/fleetdb/member"
 )
@@ -87,7 +88,7 @@ func topologyFor(db *fleetv1alpha1.Database, self string, peers []member.Peer, c
 	}
 	// The switchover (decideRole) says whom the member follows, and the
 	// promotion token, from the stored status.
-	role, decided := decideRole(db, self)
+	role, decided := topology.DecideRole(db, self)
 	if decided {
 		primary = role.Primary
 	}

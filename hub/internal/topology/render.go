@@ -1,4 +1,4 @@
-package hub
+package topology
 
 import (
 	"slices"
@@ -13,10 +13,10 @@ import (
 // the same after a hub restart as before it, and a member is only ever
 // rendered primary once the status that allows it is stored.
 
-// renderedRole is what a member's Cluster is rendered with: replica.primary
+// RenderedRole is what a member's Cluster is rendered with: replica.primary
 // and, for the member being promoted in a planned switchover, the promotion
 // token (in the same write).
-type renderedRole struct {
+type RenderedRole struct {
 	// Primary is the member the Cluster treats as primary (itself on the primary).
 	Primary string
 	// PromotionToken is the old primary's demotion token, on the promoted member only.
@@ -42,18 +42,18 @@ func reached(sw *fleetv1alpha1.SwitchoverStatus, s fleetv1alpha1.SwitchoverStep)
 	return stepOrder[sw.Step] >= stepOrder[s]
 }
 
-// topologyDecided is false for a PrimaryStandby Database whose primary the
+// Decided is false for a PrimaryStandby Database whose primary the
 // hub has not recorded yet: its members are not written until it has (a
 // primaryCluster changed right after creation must not leave two members
 // rendered primary).
-func topologyDecided(db *fleetv1alpha1.Database) bool {
+func Decided(db *fleetv1alpha1.Database) bool {
 	if db.TopologyMode() != fleetv1alpha1.TopologyPrimaryStandby {
 		return true
 	}
 	return db.Status.Topology != nil && db.Status.Topology.PrimaryCluster != ""
 }
 
-// decideRole is what member m's Cluster is rendered with, from the persisted
+// DecideRole is what member m's Cluster is rendered with, from the persisted
 // status.topology; ok is false when the Database is not PrimaryStandby or its
 // primary is not recorded yet.
 //
@@ -62,38 +62,38 @@ func topologyDecided(db *fleetv1alpha1.Database) bool {
 // which the hub enters only with the old primary's demotion token in hand
 // (or, forced, with the old primary recorded as fenced); an abort, which
 // renders the old primary primary again, is only taken before Promote.
-func decideRole(db *fleetv1alpha1.Database, m string) (renderedRole, bool) {
-	if !topologyDecided(db) || db.TopologyMode() != fleetv1alpha1.TopologyPrimaryStandby {
-		return renderedRole{}, false
+func DecideRole(db *fleetv1alpha1.Database, m string) (RenderedRole, bool) {
+	if !Decided(db) || db.TopologyMode() != fleetv1alpha1.TopologyPrimaryStandby {
+		return RenderedRole{}, false
 	}
 	st := db.Status.Topology
 	sw := st.Switchover
 	if sw == nil {
-		return renderedRole{Primary: st.PrimaryCluster}, true
+		return RenderedRole{Primary: st.PrimaryCluster}, true
 	}
 	switch {
 	case m == sw.To && reached(sw, fleetv1alpha1.StepPromote):
-		return renderedRole{Primary: sw.To, PromotionToken: sw.DemotionToken}, true
+		return RenderedRole{Primary: sw.To, PromotionToken: sw.DemotionToken}, true
 	case m == sw.To:
-		return renderedRole{Primary: sw.From}, true
+		return RenderedRole{Primary: sw.From}, true
 	case m == sw.From && reached(sw, fleetv1alpha1.StepDemote):
-		return renderedRole{Primary: sw.To}, true
+		return RenderedRole{Primary: sw.To}, true
 	case m == sw.From:
-		return renderedRole{Primary: sw.From}, true
+		return RenderedRole{Primary: sw.From}, true
 	case slices.Contains(st.Fenced, m) || reached(sw, fleetv1alpha1.StepRepoint):
 		// A fenced old primary of an earlier forced promotion follows the
 		// newest primary there is, as the other standbys do once re-pointed.
 		if reached(sw, fleetv1alpha1.StepPromote) {
-			return renderedRole{Primary: sw.To}, true
+			return RenderedRole{Primary: sw.To}, true
 		}
 	}
-	return renderedRole{Primary: st.PrimaryCluster}, true
+	return RenderedRole{Primary: st.PrimaryCluster}, true
 }
 
-// roleKey fingerprints decideRole for the plan: a member whose decision
+// RoleKey fingerprints decideRole for the plan: a member whose decision
 // changed is woken.
-func roleKey(db *fleetv1alpha1.Database, m string) string {
-	r, ok := decideRole(db, m)
+func RoleKey(db *fleetv1alpha1.Database, m string) string {
+	r, ok := DecideRole(db, m)
 	if !ok {
 		if db.TopologyMode() == fleetv1alpha1.TopologyPrimaryStandby {
 			return "undecided"

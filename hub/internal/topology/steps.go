@@ -1,7 +1,8 @@
-package hub
+package topology
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -30,9 +31,9 @@ var nextStep = map[fleetv1alpha1.SwitchoverStep]fleetv1alpha1.SwitchoverStep{
 // (outcome Failed): before Promote nothing more happens until a person
 // acts; from Promote on there is no way back, so the hub keeps waiting for
 // the target and finishes when it reports.
-func (t *topologyPass) advance() {
-	for sw := t.st.Switchover; sw != nil; sw = t.st.Switchover {
-		if sw.Outcome == switchoverFailed && !reached(sw, fleetv1alpha1.StepPromote) {
+func (t *Pass) advance() {
+	for sw := t.Status.Switchover; sw != nil; sw = t.Status.Switchover {
+		if sw.Outcome == SwitchoverFailed && !reached(sw, fleetv1alpha1.StepPromote) {
 			return
 		}
 		done, waiting := t.stepDone(sw)
@@ -40,7 +41,7 @@ func (t *topologyPass) advance() {
 			t.wait(sw, waiting)
 			return
 		}
-		t.finished = append(t.finished, finishedStep{sw: *sw.DeepCopy(), step: sw.Step, started: sw.StepStarted.Time, ended: t.in.now, outcome: "Done"})
+		t.Finished = append(t.Finished, FinishedStep{Switchover: *sw.DeepCopy(), Step: sw.Step, Started: sw.StepStarted.Time, Ended: t.in.Now, Outcome: "Done"})
 		sw.Outcome, sw.Finished = "", nil
 		next := nextStep[sw.Step]
 		if next == fleetv1alpha1.StepDone {
@@ -52,20 +53,20 @@ func (t *topologyPass) advance() {
 }
 
 // wait keeps the switchover at its step, or stops it when the step timed out.
-func (t *topologyPass) wait(sw *fleetv1alpha1.SwitchoverStatus, waiting string) {
-	timeout := t.in.db.EffectiveStepTimeout()
-	elapsed := t.in.now.Sub(sw.StepStarted.Time)
-	if sw.Outcome == switchoverFailed {
+func (t *Pass) wait(sw *fleetv1alpha1.SwitchoverStatus, waiting string) {
+	timeout := t.in.DB.EffectiveStepTimeout()
+	elapsed := t.in.Now.Sub(sw.StepStarted.Time)
+	if sw.Outcome == SwitchoverFailed {
 		return // past Promote: still waiting, the message says it timed out
 	}
 	if elapsed < timeout {
 		sw.Message = waiting
-		t.requeue = timeout - elapsed + time.Second
+		t.Requeue = timeout - elapsed + time.Second
 		return
 	}
-	sw.Outcome, sw.Finished = switchoverFailed, timePtr(t.in.now)
+	sw.Outcome, sw.Finished = SwitchoverFailed, timePtr(t.in.Now)
 	sw.Message = statusmsg.Bound(fmt.Sprintf("step %s did not finish within %s: %s", sw.Step, timeout, waiting))
-	t.finished = append(t.finished, finishedStep{sw: *sw.DeepCopy(), step: sw.Step, started: sw.StepStarted.Time, ended: t.in.now, outcome: "TimedOut"})
+	t.Finished = append(t.Finished, FinishedStep{Switchover: *sw.DeepCopy(), Step: sw.Step, Started: sw.StepStarted.Time, Ended: t.in.Now, Outcome: "TimedOut"})
 	reason := fleetv1alpha1.ReasonSwitchoverStepTimedOut
 	if sw.Step == fleetv1alpha1.StepCheckTarget {
 		reason = fleetv1alpha1.ReasonTargetUnhealthy
@@ -74,25 +75,25 @@ func (t *topologyPass) wait(sw *fleetv1alpha1.SwitchoverStatus, waiting string) 
 }
 
 // complete records a finished switchover: the target is the primary.
-func (t *topologyPass) complete() {
-	sw := t.st.Switchover
-	sw.Step, sw.Outcome, sw.Finished = fleetv1alpha1.StepDone, switchoverSucceeded, timePtr(t.in.now)
+func (t *Pass) complete() {
+	sw := t.Status.Switchover
+	sw.Step, sw.Outcome, sw.Finished = fleetv1alpha1.StepDone, SwitchoverSucceeded, timePtr(t.in.Now)
 	sw.Message = fmt.Sprintf("%s is the primary (was %s)", sw.To, sw.From)
-	t.st.PrimaryCluster, t.st.LastSwitchover, t.st.Switchover = sw.To, sw, nil
+	t.Status.PrimaryCluster, t.Status.LastSwitchover, t.Status.Switchover = sw.To, sw, nil
 	t.event(false, fleetv1alpha1.ReasonSwitchoverSucceeded, "%s from %s to %s finished: %s is the primary", sw.Kind, sw.From, sw.To, sw.To)
 }
 
 // fresh returns m's observation when it was made after the step started.
-func (t *topologyPass) fresh(m string, since time.Time) *member.ReplicationStatus {
-	v, ok := t.in.views[m]
-	if !ok || v.unreachable || v.repl == nil || v.at.Before(since) {
+func (t *Pass) fresh(m string, since time.Time) *member.ReplicationStatus {
+	v, ok := t.in.Views[m]
+	if !ok || v.Unreachable || v.Replication == nil || v.At.Before(since) {
 		return nil
 	}
-	return v.repl
+	return v.Replication
 }
 
 // stepDone says whether the switchover's step has ended, or what it waits for.
-func (t *topologyPass) stepDone(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
+func (t *Pass) stepDone(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
 	// Demote and Promote end on what the member wrote, which a sync woken by
 	// the stored step observes (fresh); the other steps end on tokens and
 	// reports CloudNativePG makes only after those writes.
@@ -112,7 +113,7 @@ func (t *topologyPass) stepDone(sw *fleetv1alpha1.SwitchoverStatus) (bool, strin
 		return true, ""
 	case fleetv1alpha1.StepFence:
 		// Fenced once the status that records it is stored.
-		prev := t.in.db.Status.Topology
+		prev := t.in.DB.Status.Topology
 		return prev != nil && slices.Contains(prev.Fenced, sw.From) && prev.Switchover != nil && prev.Switchover.Step == fleetv1alpha1.StepFence, "recording " + sw.From + " as fenced"
 	case fleetv1alpha1.StepPromote:
 		return to != nil && to.Primary == sw.To, "waiting for " + sw.To + "'s Cluster to be written as the primary"
@@ -126,7 +127,7 @@ func (t *topologyPass) stepDone(sw *fleetv1alpha1.SwitchoverStatus) (bool, strin
 
 // checkTarget: the target is a healthy standby of the primary, and the
 // primary is reachable (a switchover needs it to demote cleanly).
-func (t *topologyPass) checkTarget(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
+func (t *Pass) checkTarget(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
 	// Reports from before the switchover started may be stale: both members
 	// are woken when it is stored (roleKey) and decided on afresh.
 	from, to := t.fresh(sw.From, sw.Started.Time), t.fresh(sw.To, sw.Started.Time)
@@ -142,17 +143,17 @@ func (t *topologyPass) checkTarget(sw *fleetv1alpha1.SwitchoverStatus) (bool, st
 
 // demoted: the old primary follows the target, finished its switch and
 // published a demotion token that is not one from an earlier demotion.
-func (t *topologyPass) demoted(sw *fleetv1alpha1.SwitchoverStatus, from *member.ReplicationStatus) bool {
+func (t *Pass) demoted(sw *fleetv1alpha1.SwitchoverStatus, from *member.ReplicationStatus) bool {
 	if from == nil || from.Primary != sw.To || from.SwitchInProgress || from.DemotionToken == "" {
 		return false
 	}
-	last := t.st.LastSwitchover
+	last := t.Status.LastSwitchover
 	return from.DemotionToken != sw.IgnoredDemotionToken && (last == nil || from.DemotionToken != last.DemotionToken)
 }
 
 // promoted: the target completed its promotion (with the token in a
 // switchover) and is healthy.
-func (t *topologyPass) promoted(sw *fleetv1alpha1.SwitchoverStatus, to *member.ReplicationStatus) bool {
+func (t *Pass) promoted(sw *fleetv1alpha1.SwitchoverStatus, to *member.ReplicationStatus) bool {
 	if to == nil || to.Primary != sw.To || !to.Healthy || to.SwitchInProgress {
 		return false
 	}
@@ -161,10 +162,10 @@ func (t *topologyPass) promoted(sw *fleetv1alpha1.SwitchoverStatus, to *member.R
 
 // repointed: every other reachable standby follows the target (an
 // unreachable one is written when it is back; a fenced one is rebuilt).
-func (t *topologyPass) repointed(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
+func (t *Pass) repointed(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
 	var behind []string
-	for _, m := range sortedKeys(t.in.targets) {
-		if m == sw.To || slices.Contains(t.st.Fenced, m) || t.in.views[m].unreachable {
+	for _, m := range slices.Sorted(maps.Keys(t.in.Targets)) {
+		if m == sw.To || slices.Contains(t.Status.Fenced, m) || t.in.Views[m].Unreachable {
 			continue
 		}
 		if r := t.fresh(m, time.Time{}); r == nil || r.Primary != sw.To {
@@ -179,20 +180,20 @@ func (t *topologyPass) repointed(sw *fleetv1alpha1.SwitchoverStatus) (bool, stri
 
 // releaseFenced lets a fenced old primary go once it reports itself a
 // healthy standby of the primary.
-func (t *topologyPass) releaseFenced() {
-	var sw = t.st.Switchover
-	t.st.Fenced = slices.DeleteFunc(t.st.Fenced, func(m string) bool {
+func (t *Pass) releaseFenced() {
+	var sw = t.Status.Switchover
+	t.Status.Fenced = slices.DeleteFunc(t.Status.Fenced, func(m string) bool {
 		if sw != nil && sw.From == m {
 			return false
 		}
-		v := t.in.views[m]
-		if v.unreachable || v.repl == nil || v.repl.Primary != t.st.PrimaryCluster || !v.repl.Healthy {
+		v := t.in.Views[m]
+		if v.Unreachable || v.Replication == nil || v.Replication.Primary != t.Status.PrimaryCluster || !v.Replication.Healthy {
 			return false
 		}
-		t.event(false, fleetv1alpha1.ReasonFenced, "%s, fenced by a forced promotion, is back as a healthy standby of %s", m, t.st.PrimaryCluster)
+		t.event(false, fleetv1alpha1.ReasonFenced, "%s, fenced by a forced promotion, is back as a healthy standby of %s", m, t.Status.PrimaryCluster)
 		return true
 	})
-	if len(t.st.Fenced) == 0 {
-		t.st.Fenced = nil
+	if len(t.Status.Fenced) == 0 {
+		t.Status.Fenced = nil
 	}
 }

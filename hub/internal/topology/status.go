@@ -1,6 +1,7 @@
-package hub
+package topology
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
@@ -12,40 +13,40 @@ import (
 )
 
 // summarise sets the topology phase and the TopologyStable condition.
-func (t *topologyPass) summarise() {
-	st, sw := &t.st, t.st.Switchover
+func (t *Pass) summarise() {
+	st, sw := &t.Status, t.Status.Switchover
 	p := st.PrimaryCluster
-	pv := t.in.views[p]
+	pv := t.in.Views[p]
 	set := func(phase fleetv1alpha1.TopologyPhase, reason, msg string) {
-		st.Phase, t.condReason, t.msg = phase, reason, msg
+		st.Phase, t.CondReason, t.Msg = phase, reason, msg
 		t.condStatus = metav1.ConditionFalse
 		if reason == fleetv1alpha1.ReasonTopologyStable {
 			t.condStatus = metav1.ConditionTrue
 		}
 	}
-	prev := meta.FindStatusCondition(t.in.db.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
+	prev := meta.FindStatusCondition(t.in.DB.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
 	switch {
-	case sw == nil && !pv.reported && !pv.unreachable && prev != nil && t.in.db.Status.Topology != nil:
+	case sw == nil && !pv.Reported && !pv.Unreachable && prev != nil && t.in.DB.Status.Topology != nil:
 		// A hub that just started has no report of the primary yet: the
 		// stored summary stands until one arrives.
-		st.Phase, t.condStatus, t.condReason, t.msg = t.in.db.Status.Topology.Phase, prev.Status, prev.Reason, prev.Message
-	case sw != nil && sw.Outcome == switchoverFailed && sw.Step == fleetv1alpha1.StepCheckTarget:
+		st.Phase, t.condStatus, t.CondReason, t.Msg = t.in.DB.Status.Topology.Phase, prev.Status, prev.Reason, prev.Message
+	case sw != nil && sw.Outcome == SwitchoverFailed && sw.Step == fleetv1alpha1.StepCheckTarget:
 		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonTargetUnhealthy, sw.Message+abortHint(sw))
-	case sw != nil && sw.Outcome == switchoverFailed:
+	case sw != nil && sw.Outcome == SwitchoverFailed:
 		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonSwitchoverStepTimedOut, sw.Message+abortHint(sw))
 	case sw != nil && sw.Kind == fleetv1alpha1.SwitchoverForced:
 		set(fleetv1alpha1.TopologyFailingOver, fleetv1alpha1.ReasonFailingOver, "step "+string(sw.Step)+": "+sw.Message)
-	case sw != nil && t.in.views[sw.From].unreachable && !reached(sw, fleetv1alpha1.StepPromote):
+	case sw != nil && t.in.Views[sw.From].Unreachable && !reached(sw, fleetv1alpha1.StepPromote):
 		set(fleetv1alpha1.TopologySwitchingOver, fleetv1alpha1.ReasonPrimaryUnreachable, "the primary "+sw.From+" is unreachable during the switchover; "+sw.Message)
 	case sw != nil:
 		set(fleetv1alpha1.TopologySwitchingOver, fleetv1alpha1.ReasonSwitchingOver, "step "+string(sw.Step)+": "+sw.Message)
-	case pv.unreachable:
+	case pv.Unreachable:
 		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonPrimaryUnreachable, "the primary "+p+
 			" is unreachable; fleetdb does not fail over by itself: to promote a standby, set spec.topology.primaryCluster and spec.topology.failover.targetCluster to it")
 	case len(st.Fenced) > 0:
 		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonFenced, strings.Join(st.Fenced, ", ")+
 			" replaced by a forced promotion: not yet a healthy standby of "+p+" (see the README if CloudNativePG cannot rejoin it)")
-	case pv.repl == nil || pv.repl.Primary != p || !pv.repl.Healthy:
+	case pv.Replication == nil || pv.Replication.Primary != p || !pv.Replication.Healthy:
 		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonPrimaryNotReady, "waiting for "+p+"'s Cluster to be a healthy primary")
 	default:
 		if behind := t.notFollowing(); len(behind) > 0 {
@@ -65,36 +66,36 @@ func abortHint(sw *fleetv1alpha1.SwitchoverStatus) string {
 }
 
 // notFollowing are the reachable standbys whose Cluster does not follow the primary.
-func (t *topologyPass) notFollowing() []string {
+func (t *Pass) notFollowing() []string {
 	var out []string
-	for _, m := range sortedKeys(t.in.targets) {
-		v := t.in.views[m]
-		if m == t.st.PrimaryCluster || v.unreachable {
+	for _, m := range slices.Sorted(maps.Keys(t.in.Targets)) {
+		v := t.in.Views[m]
+		if m == t.Status.PrimaryCluster || v.Unreachable {
 			continue
 		}
-		if v.repl == nil || v.repl.Primary != t.st.PrimaryCluster {
+		if v.Replication == nil || v.Replication.Primary != t.Status.PrimaryCluster {
 			out = append(out, m)
 		}
 	}
 	return out
 }
 
-// apply puts the topology into the status written at the end: status.topology,
+// Apply puts the topology into the status written at the end: status.topology,
 // the TopologyStable condition and each member's role.
-func (t *topologyPass) apply(st *fleetv1alpha1.DatabaseStatus) {
-	top := t.st
+func (t *Pass) Apply(st *fleetv1alpha1.DatabaseStatus) {
+	top := t.Status
 	st.Topology = &top
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-		Type: fleetv1alpha1.ConditionTopologyStable, Status: t.condStatus, Reason: t.condReason,
-		Message: statusmsg.Bound(t.msg), ObservedGeneration: st.ObservedGeneration,
+		Type: fleetv1alpha1.ConditionTopologyStable, Status: t.condStatus, Reason: t.CondReason,
+		Message: statusmsg.Bound(t.Msg), ObservedGeneration: st.ObservedGeneration,
 	})
 	for i := range st.Clusters {
-		st.Clusters[i].Role = memberRoleOf(&top, st.Clusters[i].Name)
+		st.Clusters[i].Role = MemberRoleOf(&top, st.Clusters[i].Name)
 	}
 }
 
-// memberRoleOf is a member's role in status.clusters.
-func memberRoleOf(st *fleetv1alpha1.TopologyStatus, m string) fleetv1alpha1.MemberRole {
+// MemberRoleOf is a member's role in status.clusters.
+func MemberRoleOf(st *fleetv1alpha1.TopologyStatus, m string) fleetv1alpha1.MemberRole {
 	sw := st.Switchover
 	primary := st.PrimaryCluster
 	if sw != nil && reached(sw, fleetv1alpha1.StepRepoint) {
