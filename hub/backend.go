@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/queue"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
 )
@@ -62,10 +63,10 @@ type backendWatches struct {
 	// clusters holds, per member, the cluster whose cache has the watch (a
 	// reconnect makes a new cluster, which needs its own).
 	clusters map[string]cluster.Cluster
-	queue    *queueRef
+	queue    *queue.Ref
 }
 
-func newBackendWatches(queue *queueRef) *backendWatches {
+func newBackendWatches(queue *queue.Ref) *backendWatches {
 	return &backendWatches{clusters: map[string]cluster.Cluster{}, queue: queue}
 }
 
@@ -90,7 +91,7 @@ func (w *backendWatches) ensure(ctx context.Context, name string, cl cluster.Clu
 			return
 		}
 		for _, req := range databaseOfMemberObject(ctx, o) {
-			w.queue.addWith(name, req.NamespacedName, 0, 0)
+			w.queue.AddWith(name, req.NamespacedName, 0, 0)
 		}
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{

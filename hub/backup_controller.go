@@ -22,6 +22,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub/internal/queue"
 	"github.com/fleetdb/fleetdb/internal/placement"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
@@ -108,7 +109,7 @@ func backupsOfDatabase(c client.Client) func(context.Context, client.Object) []m
 		for i := range list.Items {
 			b := &list.Items[i]
 			if b.Spec.DatabaseName == obj.GetName() && (!b.Finished() || !b.DeletionTimestamp.IsZero()) {
-				out = append(out, request("", client.ObjectKeyFromObject(b)))
+				out = append(out, queue.Request("", client.ObjectKeyFromObject(b)))
 			}
 		}
 		return out
@@ -130,7 +131,7 @@ func (r *backupReconciler) backupsOnMember(name string, _ clusters.Health) []mcr
 		if (b.Finished() && b.DeletionTimestamp.IsZero()) || b.Record(name) == nil {
 			continue
 		}
-		out = append(out, request("", client.ObjectKeyFromObject(b)))
+		out = append(out, queue.Request("", client.ObjectKeyFromObject(b)))
 	}
 	return out
 }

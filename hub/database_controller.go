@@ -18,6 +18,8 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub/internal/queue"
+	"github.com/fleetdb/fleetdb/hub/internal/tombstones"
 	"github.com/fleetdb/fleetdb/hub/internal/topology"
 	"github.com/fleetdb/fleetdb/internal/placement"
 	"github.com/fleetdb/fleetdb/member"
@@ -40,14 +42,14 @@ type databaseReconciler struct {
 	opts     Options
 	recorder events.EventRecorder
 	// members enqueues member-sync requests.
-	members *queueRef
+	members *queue.Ref
 	// now is replaceable in tests.
 	now func() time.Time
 	// tracer starts the Database.Reconcile spans (telemetry.Tracer: spans with
 	// real ids also when no traces are exported); nil only in benchmarks.
 	tracer trace.Tracer
 	// tombstones record the members whose teardown was skipped.
-	tombstones *tombstones
+	tombstones *tombstones.Store
 	// shard is the sharded hub's runtime; nil without --sharding.
 	shard *shardRuntime
 }
@@ -119,7 +121,7 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		case held > 0 && reterr == nil:
 			// Back for the held status, behind new work in the queue.
 			if res.RequeueAfter <= 0 || held < res.RequeueAfter {
-				res.RequeueAfter, res.Priority = held, new(int(priorityStatus))
+				res.RequeueAfter, res.Priority = held, new(int(queue.PriorityStatus))
 			}
 		}
 	}()

@@ -216,7 +216,7 @@ func (r *databaseReconciler) teardownSettled(ctx context.Context, db *fleetv1alp
 	if noBackup && fbp == fleetv1alpha1.FinalBackupRequired {
 		policy = fleetv1alpha1.DeletionPolicyRetain
 	}
-	if err := r.tombstones.record(ctx, db, name, policy); err != nil {
+	if err := r.tombstones.Record(ctx, db, name, policy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "recording a tombstone; teardown of the member keeps blocking", "cluster", name)
 		return false, teardownPoll, false
 	}

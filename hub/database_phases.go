@@ -10,6 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/queue"
 	"github.com/fleetdb/fleetdb/internal/placement"
 )
 
@@ -129,7 +130,7 @@ func (r *databaseReconciler) fanOut(ctx context.Context, key types.NamespacedNam
 		r.publishPlacements(ctx, key, p)
 	}
 	for _, name := range p.changedMembers(prev) {
-		r.members.addWith(name, key, priorityChange, 0)
+		r.members.AddWith(name, key, queue.PriorityChange, 0)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/queue"
 )
 
 // MemberClusterOptions restrict every member cache to the objects fleetdb
@@ -56,7 +57,7 @@ func databaseEvents(onDeletion func(*fleetv1alpha1.Database)) mchandler.TypedEve
 
 func databaseEventHandler(name multicluster.ClusterName, onDeletion func(*fleetv1alpha1.Database)) handler.TypedEventHandler[client.Object, mcreconcile.Request] {
 	add := func(obj client.Object, q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
-		q.Add(request(string(name), client.ObjectKeyFromObject(obj)))
+		q.Add(queue.Request(string(name), client.ObjectKeyFromObject(obj)))
 	}
 	return handler.TypedFuncs[client.Object, mcreconcile.Request]{
 		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
@@ -68,7 +69,7 @@ func databaseEventHandler(name multicluster.ClusterName, onDeletion func(*fleetv
 				onDeletion(db)
 			}
 			if o.GetGeneration() == n.GetGeneration() && o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) {
-				addWithPriority(q, request(string(name), client.ObjectKeyFromObject(n)), priorityStatus, progressCoalesceDelay)
+				queue.AddWithPriority(q, queue.Request(string(name), client.ObjectKeyFromObject(n)), queue.PriorityStatus, progressCoalesceDelay)
 				return
 			}
 			add(n, q)
@@ -140,7 +141,7 @@ func listDatabases(ctx context.Context, c client.Client, why string, opts ...cli
 	}
 	out := make([]mcreconcile.Request, 0, len(list.Items))
 	for i := range list.Items {
-		out = append(out, request("", client.ObjectKeyFromObject(&list.Items[i])))
+		out = append(out, queue.Request("", client.ObjectKeyFromObject(&list.Items[i])))
 	}
 	return out
 }
@@ -152,5 +153,5 @@ func databaseOfMemberObject(_ context.Context, obj client.Object) []mcreconcile.
 	if l[fleetv1alpha1.LabelManagedBy] != fleetv1alpha1.ManagedByValue || ns == "" || name == "" {
 		return nil
 	}
-	return []mcreconcile.Request{request("", types.NamespacedName{Namespace: ns, Name: name})}
+	return []mcreconcile.Request{queue.Request("", types.NamespacedName{Namespace: ns, Name: name})}
 }

@@ -20,6 +20,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub/internal/queue"
 	"github.com/fleetdb/fleetdb/hub/internal/topology"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
@@ -41,15 +42,15 @@ type memberSyncReconciler struct {
 	opts     Options
 	recorder events.EventRecorder
 	// databases enqueues hub Database requests.
-	databases *queueRef
+	databases *queue.Ref
 	// tracer starts the Member.Sync spans (telemetry.Tracer); nil only in benchmarks.
 	tracer trace.Tracer
 	// lineage tells the syncs that carry a change out from later ones.
 	lineage syncLineage
 	// limiter caps the syncs in flight per member; self is this controller's
 	// queue, where parked requests go back.
-	limiter *memberLimiter
-	self    *queueRef
+	limiter *queue.MemberLimiter
+	self    *queue.Ref
 	// watches watches the CloudNativePG Clusters of members that run them.
 	watches *backendWatches
 	// shard is the sharded hub's runtime; nil without --sharding.
@@ -64,7 +65,7 @@ func (r *memberSyncReconciler) Reconcile(ctx context.Context, req mcreconcile.Re
 	if cluster == "" {
 		return ctrl.Result{}, nil
 	}
-	if !r.limiter.acquire(req) {
+	if !r.limiter.Acquire(req) {
 		return ctrl.Result{}, nil // parked: back in the queue when a sync of this member ends
 	}
 	defer r.releaseSlot(cluster)
@@ -118,8 +119,8 @@ func cutShort(caller context.Context, out syncOutcome) syncOutcome {
 
 // releaseSlot frees the member's slot and runs the request parked on it, if any.
 func (r *memberSyncReconciler) releaseSlot(cluster string) {
-	if next, ok := r.limiter.release(cluster); ok {
-		r.self.addWith(string(next.ClusterName), next.NamespacedName, priorityChange, 0)
+	if next, ok := r.limiter.Release(cluster); ok {
+		r.self.AddWith(string(next.ClusterName), next.NamespacedName, queue.PriorityChange, 0)
 	}
 }
 
@@ -427,9 +428,9 @@ func (r *memberSyncReconciler) record(key types.NamespacedName, cluster string, 
 	res.At = time.Now()
 	switch r.state.record(key, cluster, res) {
 	case resultPhase:
-		r.databases.addWith("", key, priorityStatus, statusCoalesceDelay)
+		r.databases.AddWith("", key, queue.PriorityStatus, statusCoalesceDelay)
 	case resultProgress:
-		r.databases.addWith("", key, priorityStatus, progressCoalesceDelay)
+		r.databases.AddWith("", key, queue.PriorityStatus, progressCoalesceDelay)
 	}
 }
 

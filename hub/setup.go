@@ -21,6 +21,8 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub/internal/queue"
+	"github.com/fleetdb/fleetdb/hub/internal/tombstones"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
 	"github.com/fleetdb/fleetdb/member"
 )
@@ -34,8 +36,8 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 	local := mgr.GetLocalManager()
 	w := &wiring{
 		mgr: mgr, provider: provider, opts: opts, state: newState(), memo: member.NewMemo(),
-		dbQueue: newQueueRef(), memberQueue: newQueueRef(), recorder: local.GetEventRecorder("fleetdb-hub"),
-		tombstones: &tombstones{c: local.GetClient(), live: local.GetAPIReader(), namespace: opts.HubNamespace},
+		dbQueue: queue.NewRef(), memberQueue: queue.NewRef(), recorder: local.GetEventRecorder("fleetdb-hub"),
+		tombstones: &tombstones.Store{Client: local.GetClient(), Live: local.GetAPIReader(), Namespace: opts.HubNamespace},
 		// multicluster-runtime's builder does not take this from the manager's options.
 		skipNames: local.GetControllerOptions().SkipNameValidation,
 	}
@@ -75,11 +77,11 @@ type wiring struct {
 	opts                 Options
 	state                *state
 	memo                 *member.Memo
-	dbQueue, memberQueue *queueRef
+	dbQueue, memberQueue *queue.Ref
 	recorder             events.EventRecorder
 	skipNames            *bool
 	// tombstones are the hub's record of member teardowns it skipped.
-	tombstones *tombstones
+	tombstones *tombstones.Store
 	// shard is the sharded hub's runtime; nil without --sharding.
 	shard *shardRuntime
 }
@@ -122,12 +124,12 @@ func (w *wiring) memberSyncController() error {
 	msr := &memberSyncReconciler{
 		mgr: w.mgr, hub: local.GetClient(), hubLive: local.GetAPIReader(), provider: w.provider, state: w.state, memo: w.memo,
 		opts: w.opts, recorder: w.recorder, databases: w.dbQueue, tracer: telemetry.Tracer(),
-		limiter: newMemberLimiter(max(2, w.opts.MemberWorkers/4)), self: w.memberQueue,
+		limiter: queue.NewMemberLimiter(max(2, w.opts.MemberWorkers/4)), self: w.memberQueue,
 		watches: newBackendWatches(w.memberQueue), shard: w.shard,
 	}
 	// Beyond its first sync, a member starts another only while fewer than
 	// half the workers are busy: slow members cannot starve the others.
-	msr.limiter.budget = max(1, w.opts.MemberWorkers/2)
+	msr.limiter.Budget = max(1, w.opts.MemberWorkers/2)
 	mgr := w.mgr
 	if w.shard != nil {
 		// Sharded, every replica syncs the members it owns.
@@ -182,7 +184,7 @@ func (w *wiring) sweepController() error {
 func (w *wiring) databasesOnMember(name string, _ clusters.Health) []mcreconcile.Request {
 	var out []mcreconcile.Request
 	for _, key := range w.state.databasesOn(name) {
-		out = append(out, request("", key))
+		out = append(out, queue.Request("", key))
 	}
 	return out
 }
@@ -192,11 +194,11 @@ func (w *wiring) databasesOnMember(name string, _ clusters.Health) []mcreconcile
 func (w *wiring) syncsOnMember(name string, _ clusters.Health) []mcreconcile.Request {
 	var out []mcreconcile.Request
 	for _, key := range w.state.databasesOn(name) {
-		out = append(out, request(name, key))
+		out = append(out, queue.Request(name, key))
 	}
 	if w.shard != nil {
 		for _, key := range w.shard.databasesOn(name) {
-			out = append(out, request(name, key))
+			out = append(out, queue.Request(name, key))
 		}
 	}
 	return out
@@ -204,9 +206,9 @@ func (w *wiring) syncsOnMember(name string, _ clusters.Health) []mcreconcile.Req
 
 // captureQueue is a source that only hands the controller's queue to ref, so
 // the other controller can enqueue requests into it in memory.
-func captureQueue(ref *queueRef) source.TypedSource[mcreconcile.Request] {
+func captureQueue(ref *queue.Ref) source.TypedSource[mcreconcile.Request] {
 	return source.TypedFunc[mcreconcile.Request](func(_ context.Context, q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) error {
-		ref.set(q)
+		ref.Set(q)
 		return nil
 	})
 }

@@ -19,6 +19,7 @@ import (
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/queue"
 )
 
 // +kubebuilder:rbac:groups=fleetdb.io,resources=databaseplacements,verbs=get;list;watch;create;update;patch;delete;deletecollection,namespace=fleetdb-system
@@ -76,16 +77,16 @@ func (s *shardRuntime) Reconcile(ctx context.Context, req reconcile.Request) (re
 	s.mu.Unlock()
 	owned := s.coord.owns(e.cluster)
 	if owned && (!had || prev.spec != e.spec) {
-		s.members.addWith(e.cluster, e.key, priorityChange, 0)
+		s.members.AddWith(e.cluster, e.key, queue.PriorityChange, 0)
 	}
 	// The owner's own results are fresher in memory than the report it
 	// wrote; everyone else takes the report.
 	if res := resultOf(pl); res != nil && !owned {
 		switch s.state.record(e.key, e.cluster, res) {
 		case resultPhase:
-			s.databases.addWith("", e.key, priorityStatus, statusCoalesceDelay)
+			s.databases.AddWith("", e.key, queue.PriorityStatus, statusCoalesceDelay)
 		case resultProgress:
-			s.databases.addWith("", e.key, priorityStatus, progressCoalesceDelay)
+			s.databases.AddWith("", e.key, queue.PriorityStatus, progressCoalesceDelay)
 		}
 	}
 	return reconcile.Result{}, nil
@@ -134,7 +135,7 @@ func (w *wiring) setupSharding() error {
 func (r *databaseReconciler) publishPlacements(ctx context.Context, key client.ObjectKey, p *plan) {
 	if err := r.shard.publish(ctx, key, p); err != nil {
 		ctrl.LoggerFrom(ctx).Info("Writing the Database's placements failed; retrying", "error", err.Error())
-		r.shard.databases.addWith("", key, priorityStatus, placementRetry)
+		r.shard.databases.AddWith("", key, queue.PriorityStatus, placementRetry)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/queue"
 )
 
 // shardRuntime is what a sharded hub adds to the controllers: the plan of
@@ -40,7 +41,7 @@ type shardRuntime struct {
 	reporter string
 	state    *state
 	// databases and members are the two controllers' queues.
-	databases, members *queueRef
+	databases, members *queue.Ref
 	// elected reports whether this replica is the elected leader now.
 	elected func() bool
 
@@ -109,9 +110,9 @@ func (s *shardRuntime) databasesOn(cluster string) []types.NamespacedName {
 // once the member sync controller runs (it may start after the coordinator).
 func (s *shardRuntime) owned(cluster string) {
 	go func() {
-		<-s.members.ready
+		<-s.members.Ready
 		for _, key := range append(s.databasesOn(cluster), s.state.databasesOn(cluster)...) {
-			s.members.addWith(cluster, key, priorityChange, 0)
+			s.members.AddWith(cluster, key, queue.PriorityChange, 0)
 		}
 	}()
 }

@@ -20,6 +20,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub/internal/tombstones"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -52,7 +53,7 @@ type sweeper struct {
 	timeout  time.Duration
 	// hubID is this hub's identity; tombstones its record of what to collect.
 	hubID      string
-	tombstones *tombstones
+	tombstones *tombstones.Store
 	// owns, when set (--sharding), says which members this replica owns:
 	// only those are swept from here.
 	owns func(cluster string) bool
@@ -165,7 +166,7 @@ func (s *sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 	if err != nil {
 		return 0, err
 	}
-	stones, err := s.tombstones.all(ctx)
+	stones, err := s.tombstones.All(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -190,7 +191,7 @@ func (s *sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 		}
 		if policy == "" {
 			if tomb { // placed here again: nothing to collect
-				if err := s.tombstones.swept(ctx, lo.uid, cluster); err != nil {
+				if err := s.tombstones.Swept(ctx, lo.uid, cluster); err != nil {
 					return unsure, err
 				}
 			}
@@ -207,7 +208,7 @@ func (s *sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 		}
 		s.memo.ForgetDatabase(cluster, lo.key.Namespace, lo.key.Name)
 		if tomb {
-			if err := s.tombstones.swept(ctx, lo.uid, cluster); err != nil {
+			if err := s.tombstones.Swept(ctx, lo.uid, cluster); err != nil {
 				return unsure, err
 			}
 		}
@@ -221,7 +222,7 @@ func (s *sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 // this member (without one nothing is collected: the hub does not know the
 // Database to be gone or dropped from here); decided is false while the
 // Database controller has not planned an existing Database yet.
-func (s *sweeper) decide(ctx context.Context, cluster string, lo leftover, stones map[types.UID]tombstone) (
+func (s *sweeper) decide(ctx context.Context, cluster string, lo leftover, stones map[types.UID]tombstones.Tombstone) (
 	policy fleetv1alpha1.DeletionPolicy, tomb, decided bool, err error) {
 	ts, ok := stones[lo.uid]
 	tomb = ok && ts.Namespace == lo.key.Namespace && ts.Name == lo.key.Name && slices.Contains(ts.Members, cluster)

@@ -1,4 +1,4 @@
-package hub
+package tombstones
 
 import (
 	"context"
@@ -24,12 +24,12 @@ import (
 // data rather than deleting it.
 const maxTombstones = 500
 
-// tombstone is the hub's own record of a Database (by UID) whose teardown it
+// Tombstone is the hub's own record of a Database (by UID) whose teardown it
 // skipped in some members (unreachable past spec.teardown.unreachableTimeout):
 // the reconnect sweep collects those members' leftovers with Policy, the
 // policy in force when the teardown was skipped, and never with anything
 // read back from the member.
-type tombstone struct {
+type Tombstone struct {
 	Namespace string                       `json:"namespace"`
 	Name      string                       `json:"name"`
 	Policy    fleetv1alpha1.DeletionPolicy `json:"policy"`
@@ -38,39 +38,39 @@ type tombstone struct {
 	Recorded time.Time `json:"recorded"`
 }
 
-// tombstones keeps the tombstones in the TombstonesConfigMap of the hub
+// Store keeps the tombstones in the TombstonesConfigMap of the hub
 // namespace, one data key per Database UID. Reads are live (the hub caches
 // no ConfigMaps); writes are serialised in the process and optimistic on
 // the server.
-type tombstones struct {
-	c         client.Client
-	live      client.Reader
-	namespace string
+type Store struct {
+	Client    client.Client
+	Live      client.Reader
+	Namespace string
 	mu        sync.Mutex
 }
 
-func (t *tombstones) key() client.ObjectKey {
-	return client.ObjectKey{Namespace: t.namespace, Name: fleetv1alpha1.TombstonesConfigMap}
+func (t *Store) key() client.ObjectKey {
+	return client.ObjectKey{Namespace: t.Namespace, Name: fleetv1alpha1.TombstonesConfigMap}
 }
 
-// all returns the tombstones by Database UID.
-func (t *tombstones) all(ctx context.Context) (map[types.UID]tombstone, error) {
+// All returns the tombstones by Database UID.
+func (t *Store) All(ctx context.Context) (map[types.UID]Tombstone, error) {
 	var cm corev1.ConfigMap
-	if err := t.live.Get(ctx, t.key(), &cm); err != nil {
+	if err := t.Live.Get(ctx, t.key(), &cm); err != nil {
 		if apierrors.IsNotFound(err) {
-			return map[types.UID]tombstone{}, nil
+			return map[types.UID]Tombstone{}, nil
 		}
 		return nil, fmt.Errorf("reading tombstones: %w", err)
 	}
 	return decodeTombstones(ctx, &cm), nil
 }
 
-// record adds member to the tombstone of db, created with policy if new.
-func (t *tombstones) record(ctx context.Context, db *fleetv1alpha1.Database, member string, policy fleetv1alpha1.DeletionPolicy) error {
-	return t.update(ctx, func(all map[types.UID]tombstone) {
+// Record adds member to the tombstone of db, created with policy if new.
+func (t *Store) Record(ctx context.Context, db *fleetv1alpha1.Database, member string, policy fleetv1alpha1.DeletionPolicy) error {
+	return t.update(ctx, func(all map[types.UID]Tombstone) {
 		ts, ok := all[db.UID]
 		if !ok {
-			ts = tombstone{Namespace: db.Namespace, Name: db.Name, Policy: policy, Recorded: time.Now().UTC()}
+			ts = Tombstone{Namespace: db.Namespace, Name: db.Name, Policy: policy, Recorded: time.Now().UTC()}
 		}
 		if !slices.Contains(ts.Members, member) {
 			ts.Members = append(ts.Members, member)
@@ -90,9 +90,9 @@ func (t *tombstones) record(ctx context.Context, db *fleetv1alpha1.Database, mem
 	})
 }
 
-// swept removes member from the tombstone uid, and the tombstone once no member is left.
-func (t *tombstones) swept(ctx context.Context, uid types.UID, member string) error {
-	return t.update(ctx, func(all map[types.UID]tombstone) {
+// Swept removes member from the tombstone uid, and the tombstone once no member is left.
+func (t *Store) Swept(ctx context.Context, uid types.UID, member string) error {
+	return t.update(ctx, func(all map[types.UID]Tombstone) {
 		ts, ok := all[uid]
 		if !ok {
 			return
@@ -107,12 +107,12 @@ func (t *tombstones) swept(ctx context.Context, uid types.UID, member string) er
 }
 
 // update applies change to the tombstones and writes them back.
-func (t *tombstones) update(ctx context.Context, change func(map[types.UID]tombstone)) error {
+func (t *Store) update(ctx context.Context, change func(map[types.UID]Tombstone)) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var cm corev1.ConfigMap
-		err := t.live.Get(ctx, t.key(), &cm)
+		err := t.Live.Get(ctx, t.key(), &cm)
 		create := apierrors.IsNotFound(err)
 		if err != nil && !create {
 			return fmt.Errorf("reading tombstones: %w", err)
@@ -129,14 +129,14 @@ func (t *tombstones) update(ctx context.Context, change func(map[types.UID]tombs
 		}
 		cm.Data = data
 		if create {
-			cm.ObjectMeta = metav1.ObjectMeta{Namespace: t.namespace, Name: fleetv1alpha1.TombstonesConfigMap,
+			cm.ObjectMeta = metav1.ObjectMeta{Namespace: t.Namespace, Name: fleetv1alpha1.TombstonesConfigMap,
 				Labels: map[string]string{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue}}
-			err = t.c.Create(ctx, &cm, client.FieldOwner(fleetv1alpha1.FieldManager))
+			err = t.Client.Create(ctx, &cm, client.FieldOwner(fleetv1alpha1.FieldManager))
 			if apierrors.IsAlreadyExists(err) {
 				return apierrors.NewConflict(corev1.Resource("configmaps"), cm.Name, err)
 			}
 		} else {
-			err = t.c.Update(ctx, &cm, client.FieldOwner(fleetv1alpha1.FieldManager))
+			err = t.Client.Update(ctx, &cm, client.FieldOwner(fleetv1alpha1.FieldManager))
 		}
 		if err != nil && !apierrors.IsConflict(err) {
 			return fmt.Errorf("writing tombstones: %w", err)
@@ -145,10 +145,10 @@ func (t *tombstones) update(ctx context.Context, change func(map[types.UID]tombs
 	})
 }
 
-func decodeTombstones(ctx context.Context, cm *corev1.ConfigMap) map[types.UID]tombstone {
-	all := make(map[types.UID]tombstone, len(cm.Data))
+func decodeTombstones(ctx context.Context, cm *corev1.ConfigMap) map[types.UID]Tombstone {
+	all := make(map[types.UID]Tombstone, len(cm.Data))
 	for uid, raw := range cm.Data {
-		var ts tombstone
+		var ts Tombstone
 		if err := json.Unmarshal([]byte(raw), &ts); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "ignoring an unreadable tombstone", "uid", uid)
 			continue

@@ -1,4 +1,4 @@
-package hub
+package queue
 
 import (
 	"sync"
@@ -6,7 +6,7 @@ import (
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 )
 
-// memberLimiter caps the member syncs in flight per member, so that one slow
+// MemberLimiter caps the member syncs in flight per member, so that one slow
 // member cannot hold every member-sync worker (SPEC 4.2). A sync over the cap
 // is not run and does not wait in a worker: it is parked, and put back in the
 // queue when a sync of the same member ends. Nothing polls.
@@ -17,11 +17,11 @@ import (
 // nothing in flight can always start one, so the syncs of fast members are
 // never queued behind hung ones. A request refused for the budget belongs to
 // a member with a sync in flight, whose end hands it over.
-type memberLimiter struct {
+type MemberLimiter struct {
 	limit int
 	// budget caps the syncs in flight across members beyond each member's
 	// first; 0: no cap.
-	budget int
+	Budget int
 	mu     sync.Mutex
 	// total counts running syncs.
 	total int
@@ -32,8 +32,8 @@ type memberLimiter struct {
 	queued map[mcreconcile.Request]bool
 }
 
-func newMemberLimiter(limit int) *memberLimiter {
-	return &memberLimiter{
+func NewMemberLimiter(limit int) *MemberLimiter {
+	return &MemberLimiter{
 		limit:    max(limit, 1),
 		inflight: map[string]int{},
 		parked:   map[string][]mcreconcile.Request{},
@@ -41,13 +41,13 @@ func newMemberLimiter(limit int) *memberLimiter {
 	}
 }
 
-// acquire takes a slot for req's member; when none is free it parks req and
+// Acquire takes a slot for req's member; when none is free it parks req and
 // returns false.
-func (l *memberLimiter) acquire(req mcreconcile.Request) bool {
+func (l *MemberLimiter) Acquire(req mcreconcile.Request) bool {
 	cluster := string(req.ClusterName)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if n := l.inflight[cluster]; n < l.limit && (n == 0 || l.budget <= 0 || l.total < l.budget) {
+	if n := l.inflight[cluster]; n < l.limit && (n == 0 || l.Budget <= 0 || l.total < l.Budget) {
 		l.inflight[cluster]++
 		l.total++
 		return true
@@ -59,9 +59,9 @@ func (l *memberLimiter) acquire(req mcreconcile.Request) bool {
 	return false
 }
 
-// release frees the slot of a sync of cluster that ended, and returns the
+// Release frees the slot of a sync of cluster that ended, and returns the
 // parked request that may now run, if any.
-func (l *memberLimiter) release(cluster string) (mcreconcile.Request, bool) {
+func (l *MemberLimiter) Release(cluster string) (mcreconcile.Request, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.total--
