@@ -19,7 +19,7 @@ import (
 
 // credentialsName is the hub Secret that keeps a Database's credentials.
 func credentialsName(db *fleetv1alpha1.Database) string {
-	return db.Name + "-credentials"
+	return member.CredentialsSecretName(db.Name)
 }
 
 // errForeignCredentials is a terminal error: a Secret of that name exists on

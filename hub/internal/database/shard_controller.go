@@ -20,6 +20,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
+	"github.com/fleetdb/fleetdb/member"
 )
 
 // +kubebuilder:rbac:groups=fleetdb.io,resources=databaseplacements,verbs=get;list;watch;create;update;patch;delete;deletecollection,namespace=fleetdb-system
@@ -215,7 +216,7 @@ func (s *shardRuntime) orphan(ctx context.Context, pl *fleetv1alpha1.DatabasePla
 // read from a placement: only one the Database (uid) controls.
 func (r *memberSyncReconciler) remoteCredentials(ctx context.Context, key client.ObjectKey, uid types.UID) (map[string][]byte, error) {
 	var s corev1.Secret
-	name := client.ObjectKey{Namespace: key.Namespace, Name: key.Name + "-credentials"}
+	name := client.ObjectKey{Namespace: key.Namespace, Name: member.CredentialsSecretName(key.Name)}
 	err := r.hub.Get(ctx, name, &s)
 	if apierrors.IsNotFound(err) {
 		// The leader created it a moment ago; the cache may lag.
