@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
 )
 
@@ -210,10 +211,10 @@ func (r *backupReconciler) runCleanupJob(ctx context.Context, c client.Client, l
 		return cleanupOutcome{requeue: backupJobPoll}, nil
 	case job.DeletionTimestamp != nil:
 		return cleanupOutcome{requeue: backupJobPoll}, nil
-	case jobSucceeded(job):
+	case memberjob.Succeeded(job):
 		return cleanupOutcome{done: true}, deleteJob(ctx, c, job)
 	}
-	if failed, _, why := jobFailed(job); failed {
+	if failed, _, why := memberjob.Failed(job); failed {
 		return cleanupOutcome{}, fmt.Errorf("cleanup job %s failed: %s (deleted, run again)", job.Name, why+deleteJobErr(ctx, c, job))
 	}
 	return cleanupOutcome{requeue: backupJobPoll}, nil
@@ -236,8 +237,8 @@ func (r *backupReconciler) ownBackupJob(ctx context.Context, live client.Reader,
 }
 
 func jobFinished(j *batchv1.Job) bool {
-	failed, _, _ := jobFailed(j)
-	return failed || jobSucceeded(j)
+	failed, _, _ := memberjob.Failed(j)
+	return failed || memberjob.Succeeded(j)
 }
 
 // deleteJob deletes a Job and its pods; nil and NotFound are done.

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
 )
 
@@ -96,12 +97,12 @@ func (r *backupReconciler) stepBackup(ctx context.Context, c client.Client, live
 		rec.Started = job.CreationTimestamp.DeepCopy()
 	}
 	rec.Phase = fleetv1alpha1.BackupPhaseRunning
-	if failed, _, why := jobFailed(&job); failed {
+	if failed, _, why := memberjob.Failed(&job); failed {
 		rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, &now
 		rec.Message = statusmsg.Bound("backup Job " + job.Name + " failed: " + why)
 		return rec, 0, nil
 	}
-	if !jobSucceeded(&job) {
+	if !memberjob.Succeeded(&job) {
 		rec.Message = "backup Job " + job.Name + " running"
 		return rec, backupJobPoll, nil
 	}

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -36,7 +37,7 @@ func backupJobLabels(b *fleetv1alpha1.DatabaseBackup, hubID string) map[string]s
 
 // ownsBackupJob: the Job is this hub's Job of this DatabaseBackup.
 func ownsBackupJob(j *batchv1.Job, b *fleetv1alpha1.DatabaseBackup, hubID string) bool {
-	return ownJob(j, hubID) && j.Labels[fleetv1alpha1.LabelBackupID] == backupID(b) &&
+	return memberjob.Own(j, hubID) && j.Labels[fleetv1alpha1.LabelBackupID] == backupID(b) &&
 		j.Labels[fleetv1alpha1.LabelBackupKind] == fleetv1alpha1.BackupKindOnDemand
 }
 

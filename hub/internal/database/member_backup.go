@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
 )
@@ -103,7 +104,7 @@ func (r *memberSyncReconciler) followFinalBackup(ctx context.Context, c client.C
 	latest := jobs[len(jobs)-1]
 	id, attempt := latest.Labels[fleetv1alpha1.LabelBackupID], backupAttempt(latest)
 	rec := fleetv1alpha1.BackupRecord{Cluster: cluster, BackupID: id, Location: member.BackupLocation(fb.db, id), Started: ptrTo(latest.CreationTimestamp)}
-	if jobSucceeded(latest) {
+	if memberjob.Succeeded(latest) {
 		rec.Phase = fleetv1alpha1.BackupPhaseSucceeded
 		rec.Finished = latest.Status.CompletionTime
 		if dump, _ := r.backupResult(ctx, live, latest); dump != nil && dump.SizeBytes > 0 {
@@ -111,12 +112,12 @@ func (r *memberSyncReconciler) followFinalBackup(ctx context.Context, c client.C
 		}
 		return finalBackupStep{record: &rec, jobs: true}, nil
 	}
-	failed, at, why := jobFailed(latest)
+	failed, at, why := memberjob.Failed(latest)
 	if !failed {
 		// Running: a previous attempt's failure stays in the record.
 		rec.Phase, rec.Message = fleetv1alpha1.BackupPhaseRunning, fmt.Sprintf("attempt %d running", attempt)
 		if len(jobs) > 1 {
-			if f, fat, fwhy := jobFailed(jobs[len(jobs)-2]); f {
+			if f, fat, fwhy := memberjob.Failed(jobs[len(jobs)-2]); f {
 				rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, ptrTo(metav1.NewTime(fat))
 				rec.Message = fmt.Sprintf("attempt %d failed: %s; attempt %d running", attempt-1, r.failureWhy(ctx, live, jobs[len(jobs)-2], fwhy), attempt)
 			}
@@ -266,22 +267,20 @@ func deleteJobs(ctx context.Context, c client.Client, jobs []*batchv1.Job) error
 func finalBackupJobs(ctx context.Context, live client.Reader, db *fleetv1alpha1.Database, hubID string) ([]*batchv1.Job, error) {
 	sel := member.BackupObjectLabels(db, hubID)
 	sel[fleetv1alpha1.LabelBackupKind] = fleetv1alpha1.BackupKindFinal
-	jobs, err := ownJobs(ctx, live, db.Namespace, sel, hubID, fleetv1alpha1.AnnotationBackupAttempt, "final backup")
+	jobs, err := memberjob.List(ctx, live, db.Namespace, sel, hubID, fleetv1alpha1.AnnotationBackupAttempt, "final backup")
 	if err != nil {
 		return nil, err
 	}
 	return thisDatabaseJobs(db, jobs), nil
 }
 
-func backupAttempt(j *batchv1.Job) int { return attemptOf(j, fleetv1alpha1.AnnotationBackupAttempt) }
+func backupAttempt(j *batchv1.Job) int {
+	return memberjob.AttemptOf(j, fleetv1alpha1.AnnotationBackupAttempt)
+}
 
 // finalBackupBackoff is the wait after the given failed attempt.
 func finalBackupBackoff(attempt int) time.Duration {
-	d := finalBackupRetryBase
-	for i := 1; i < attempt && d < finalBackupRetryMax; i++ {
-		d *= 2
-	}
-	return min(d, finalBackupRetryMax)
+	return memberjob.Backoff(attempt, finalBackupRetryBase, finalBackupRetryMax)
 }
 
 // backupRecordFor is the record of cluster in records (nil: none).

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
 )
@@ -115,7 +116,7 @@ func (r *memberSyncReconciler) prepareRestore(ctx context.Context, c client.Clie
 		return nil, err
 	}
 	mr.jobs = jobs
-	if n := len(jobs); n > 0 && jobSucceeded(jobs[n-1]) {
+	if n := len(jobs); n > 0 && memberjob.Succeeded(jobs[n-1]) {
 		mr.report.Started = jobs[n-1].CreationTimestamp.Unix()
 		if t := jobs[n-1].Status.CompletionTime; t != nil {
 			mr.report.Finished = t.Unix()
@@ -172,7 +173,7 @@ func (r *memberSyncReconciler) finishRestore(ctx context.Context, c client.Clien
 	if n := len(mr.jobs); n > 0 {
 		last := mr.jobs[n-1]
 		rep.Started = last.CreationTimestamp.Unix()
-		failed, at, why := jobFailed(last)
+		failed, at, why := memberjob.Failed(last)
 		if !failed {
 			rep.Message = "restore Job " + last.Name + " running"
 			return rep, restoreJobPoll, nil
@@ -291,10 +292,12 @@ func (r *memberSyncReconciler) restoreOwner(ctx context.Context, c client.Client
 
 // restoreJobs lists this hub's restore Jobs of the Database, oldest attempt first.
 func restoreJobs(ctx context.Context, live client.Reader, db *fleetv1alpha1.Database, hubID string) ([]*batchv1.Job, error) {
-	return ownJobs(ctx, live, db.Namespace, member.RestoreJobLabels(db), hubID, fleetv1alpha1.AnnotationRestoreAttempt, "restore")
+	return memberjob.List(ctx, live, db.Namespace, member.RestoreJobLabels(db), hubID, fleetv1alpha1.AnnotationRestoreAttempt, "restore")
 }
 
-func restoreAttempt(j *batchv1.Job) int { return attemptOf(j, fleetv1alpha1.AnnotationRestoreAttempt) }
+func restoreAttempt(j *batchv1.Job) int {
+	return memberjob.AttemptOf(j, fleetv1alpha1.AnnotationRestoreAttempt)
+}
 
 // applyRestore puts the report on the member's status entry: a member that
 // has not restored is Provisioning (never Ready: its client Service does

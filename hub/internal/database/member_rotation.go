@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -87,7 +88,7 @@ func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Cli
 	}
 	mr.jobs = jobs
 	mr.switched = mr.secret != nil && bytes.Equal(mr.secret.Data[member.CredentialsPasswordKey], mr.pending)
-	if n := len(jobs); n > 0 && jobSucceeded(jobs[n-1]) {
+	if n := len(jobs); n > 0 && memberjob.Succeeded(jobs[n-1]) {
 		mr.switched = true
 	}
 	if mr.switched {
@@ -134,7 +135,7 @@ func (r *memberSyncReconciler) finishRotation(ctx context.Context, c client.Clie
 	attempt := 1
 	if n := len(mr.jobs); n > 0 {
 		last := mr.jobs[n-1]
-		failed, at, why := jobFailed(last)
+		failed, at, why := memberjob.Failed(last)
 		if !failed {
 			rep.Waiting = "rotation Job " + last.Name + " running"
 			return rep, rotationJobPoll, nil
@@ -176,7 +177,7 @@ func (r *memberSyncReconciler) removeRotationJobs(ctx context.Context, c client.
 	}
 	for i := range list.Items {
 		j := &list.Items[i]
-		if j.DeletionTimestamp != nil || !ownJob(j, r.opts.HubID) {
+		if j.DeletionTimestamp != nil || !memberjob.Own(j, r.opts.HubID) {
 			continue
 		}
 		if err := c.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
@@ -186,47 +187,16 @@ func (r *memberSyncReconciler) removeRotationJobs(ctx context.Context, c client.
 	return nil
 }
 
-// ownJob: the Job carries this hub's identity (or none, with no identity set).
-func ownJob(j *batchv1.Job, hubID string) bool {
-	return j.Labels[fleetv1alpha1.LabelHubID] == hubID
-}
-
 // rotationJobs lists this hub's rotation Jobs of token in the member, oldest attempt first.
 func rotationJobs(ctx context.Context, c client.Reader, db *fleetv1alpha1.Database, token, hubID string) ([]*batchv1.Job, error) {
-	return ownJobs(ctx, c, db.Namespace, member.RotationJobLabels(db, token), hubID, fleetv1alpha1.AnnotationRotationAttempt, "rotation")
+	return memberjob.List(ctx, c, db.Namespace, member.RotationJobLabels(db, token), hubID, fleetv1alpha1.AnnotationRotationAttempt, "rotation")
 }
 
-func jobAttempt(j *batchv1.Job) int { return attemptOf(j, fleetv1alpha1.AnnotationRotationAttempt) }
-
-func jobSucceeded(j *batchv1.Job) bool {
-	for _, c := range j.Status.Conditions {
-		if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
-}
-
-// jobFailed reports a failed Job, since when and why (the Job controller's
-// reason and message: no credential is in them).
-func jobFailed(j *batchv1.Job) (bool, time.Time, string) {
-	for _, c := range j.Status.Conditions {
-		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
-			why := c.Reason
-			if c.Message != "" {
-				why += ": " + c.Message
-			}
-			return true, c.LastTransitionTime.Time, why
-		}
-	}
-	return false, time.Time{}, ""
+func jobAttempt(j *batchv1.Job) int {
+	return memberjob.AttemptOf(j, fleetv1alpha1.AnnotationRotationAttempt)
 }
 
 // rotationBackoff is the wait after the given failed attempt.
 func rotationBackoff(attempt int) time.Duration {
-	d := rotationRetryBase
-	for i := 1; i < attempt && d < rotationRetryMax; i++ {
-		d *= 2
-	}
-	return min(d, rotationRetryMax)
+	return memberjob.Backoff(attempt, rotationRetryBase, rotationRetryMax)
 }

@@ -34,7 +34,7 @@ import (
 // Every variant logs one line per reconcile, as a reconcile that writes a
 // status does, to a JSON logger writing to io.Discard.
 //
-// Run it with: go test ./hub/ -run '^$' -bench TracingReconcilePath -benchmem.
+// Run it with: go test ./hub/internal/database/ -run '^$' -bench TracingReconcilePath -benchmem.
 func BenchmarkTracingReconcilePath(b *testing.B) {
 	drop := sdktrace.NewBatchSpanProcessor(tracetest.NewNoopExporter())
 	defer func() { _ = drop.Shutdown(context.Background()) }()
