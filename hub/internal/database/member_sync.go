@@ -194,48 +194,129 @@ func (c cachedClusterReads) Get(ctx context.Context, key client.ObjectKey, obj c
 	return c.Client.Get(ctx, key, obj, opts...)
 }
 
+// memberScope is what one member sync of a Database works on: the member's
+// clients, the Database and its plan, and what the steps found on the way
+// (the rotation and restore parts, the apply's result). The steps are the
+// memberPhases, run in order by syncWorkload, as the Database reconciler
+// runs its phases over a databaseScope.
+type memberScope struct {
+	c       client.Client
+	live    client.Reader
+	cluster string
+	key     types.NamespacedName
+	db      *fleetv1alpha1.Database
+	p       *plan
+	role    memberRole
+
+	rot     *memberRotation
+	rest    *memberRestore
+	outcome string
+	applied member.ApplyResult
+	wrote   bool
+	// rotation and rotationAfter are what finishRotation reported and when
+	// it wants to look again.
+	rotation      rotationReport
+	rotationAfter time.Duration
+	// out is the sync's outcome once a step decided it.
+	out syncOutcome
+}
+
+// memberPhase is one step of a member sync. It returns false to stop: s.out
+// then holds the sync's outcome.
+type memberPhase func(ctx context.Context, s *memberScope) bool
+
 // syncWorkload applies the plan (a member whose turn in the rollout came)
 // and observes the member, with the credential rotation's part around the
 // apply: prepareRotation says which credentials to render, finishRotation
-// runs the member's rotation Job and says when to look again.
+// runs the member's rotation Job and says when to look again; the restore's
+// part comes after the observation.
 func (r *memberSyncReconciler) syncWorkload(ctx context.Context, c client.Client, live client.Reader, cluster string, key types.NamespacedName,
 	db *fleetv1alpha1.Database, p *plan, role memberRole) syncOutcome {
-	rot, err := r.prepareRotation(ctx, c, live, db, p)
-	if err != nil {
-		return r.stepFailed(key, cluster, errReasonObserve, err)
-	}
-	rest, err := r.prepareRestore(ctx, c, live, db, cluster)
-	if err != nil {
-		return r.stepFailed(key, cluster, errReasonObserve, err)
-	}
-	outcome := outcomeObserved
-	var applied member.ApplyResult
-	wrote := false
-	// A PrimaryStandby Database's members are written once the hub stored
-	// which one is primary (topologyDecided).
-	if role == roleApply && db.Generation == p.generation && topology.Decided(db) {
-		res, err := r.apply(ctx, live, c, cluster, db, p, rot.creds, rest)
-		if err != nil {
-			out := r.applyFailed(key, cluster, err)
-			out.applied = res
-			return out
+	s := &memberScope{c: c, live: live, cluster: cluster, key: key, db: db, p: p, role: role, outcome: outcomeObserved}
+	for _, phase := range []memberPhase{
+		r.memberPrepareRotation,
+		r.memberPrepareRestore,
+		r.memberApply,
+		r.memberFinishRotation,
+		r.memberObserve,
+		r.memberRestore,
+	} {
+		if !phase(ctx, s) {
+			break
 		}
-		outcome, applied, wrote = outcomeSynced, res, true
 	}
-	report, requeue, err := r.finishRotation(ctx, c, cluster, db, p, rot, wrote)
+	return s.out
+}
+
+// memberPrepareRotation: which credentials to render.
+func (r *memberSyncReconciler) memberPrepareRotation(ctx context.Context, s *memberScope) bool {
+	rot, err := r.prepareRotation(ctx, s.c, s.live, s.db, s.p)
 	if err != nil {
-		out := r.stepFailed(key, cluster, errReasonApply, err)
-		out.applied = applied
-		return out
+		s.out = r.stepFailed(s.key, s.cluster, errReasonObserve, err)
+		return false
 	}
-	out := r.observe(ctx, c, key, cluster, db, outcome)
-	out.applied = applied
-	if out.err == nil && out.result != nil {
-		out.result.Rotation = report
-		out.requeue = minPositive(out.requeue, requeue)
-		return r.restoreStep(ctx, c, key, cluster, db, rest, out)
+	s.rot = rot
+	return true
+}
+
+// memberPrepareRestore: the restore's part before the apply.
+func (r *memberSyncReconciler) memberPrepareRestore(ctx context.Context, s *memberScope) bool {
+	rest, err := r.prepareRestore(ctx, s.c, s.live, s.db, s.cluster)
+	if err != nil {
+		s.out = r.stepFailed(s.key, s.cluster, errReasonObserve, err)
+		return false
 	}
-	return out
+	s.rest = rest
+	return true
+}
+
+// memberApply writes the member's objects when its turn in the rollout
+// came. A PrimaryStandby Database's members are written once the hub
+// stored which one is primary (topology.Decided).
+func (r *memberSyncReconciler) memberApply(ctx context.Context, s *memberScope) bool {
+	if s.role != roleApply || s.db.Generation != s.p.generation || !topology.Decided(s.db) {
+		return true
+	}
+	res, err := r.apply(ctx, s.live, s.c, s.cluster, s.db, s.p, s.rot.creds, s.rest)
+	if err != nil {
+		s.out = r.applyFailed(s.key, s.cluster, err)
+		s.out.applied = res
+		return false
+	}
+	s.outcome, s.applied, s.wrote = outcomeSynced, res, true
+	return true
+}
+
+// memberFinishRotation runs the member's rotation Job and says when to look
+// again; memberObserve puts its report on the result.
+func (r *memberSyncReconciler) memberFinishRotation(ctx context.Context, s *memberScope) bool {
+	report, requeue, err := r.finishRotation(ctx, s.c, s.cluster, s.db, s.p, s.rot, s.wrote)
+	if err != nil {
+		s.out = r.stepFailed(s.key, s.cluster, errReasonApply, err)
+		s.out.applied = s.applied
+		return false
+	}
+	s.rotation, s.rotationAfter = report, requeue
+	return true
+}
+
+// memberObserve reads the member's state into the result.
+func (r *memberSyncReconciler) memberObserve(ctx context.Context, s *memberScope) bool {
+	s.out = r.observe(ctx, s.c, s.key, s.cluster, s.db, s.outcome)
+	s.out.applied = s.applied
+	if s.out.err != nil || s.out.result == nil {
+		return false
+	}
+	s.out.result.Rotation = s.rotation
+	s.out.requeue = minPositive(s.out.requeue, s.rotationAfter)
+	return true
+}
+
+// memberRestore runs the member's part of spec.restoreFrom after the
+// observation and puts its report on the result.
+func (r *memberSyncReconciler) memberRestore(ctx context.Context, s *memberScope) bool {
+	s.out = r.restoreStep(ctx, s.c, s.key, s.cluster, s.db, s.rest, s.out)
+	return true
 }
 
 // restoreStep runs the member's part of spec.restoreFrom after the
