@@ -25,7 +25,7 @@
 //   - setup.go, handlers.go: wiring, event handlers; the queues are
 //     hub/internal/queue, the switchover state machine hub/internal/topology,
 //     the teardown tombstones hub/internal/tombstones.
-//   - backup_*.go, member_backup.go, member_restore.go, final_backup.go:
+//   - backup_*.go, final_backup*.go, restore*.go, rotation*.go:
 //     DatabaseBackups, restores and the final backup of a teardown;
 //     sweep.go: the member-sweep controller; shard_*.go: the sharded hub.
 package database

@@ -62,6 +62,7 @@ type Options struct {
 	shards *shardCoordinator
 }
 
+// WithDefaults fills what is unset with the defaults.
 func (o Options) WithDefaults() Options {
 	o.HubNamespace = cmp.Or(o.HubNamespace, DefaultHubNamespace)
 	o.MemberCallTimeout = PositiveOr(o.MemberCallTimeout, DefaultMemberCallTimeout)

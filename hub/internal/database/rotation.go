@@ -17,7 +17,7 @@ import (
 )
 
 // Credential rotation, the hub's half (the members' half is in
-// member_rotation.go and member/rotation.go). The hub credentials Secret is the one record of a
+// rotation_member.go and member/rotation.go). The hub credentials Secret is the one record of a
 // rotation, so that a hub restart resumes it and never loses a password a
 // member's database accepts:
 //

@@ -47,7 +47,7 @@ func AttemptOf(j *batchv1.Job, attemptKey string) int {
 	return n
 }
 
-// Own: the Job carries this hub's identity (or none, with no identity set).
+// Own reports whether the Job carries this hub's identity (or none, with no identity set).
 func Own(j *batchv1.Job, hubID string) bool {
 	return j.Labels[fleetv1alpha1.LabelHubID] == hubID
 }

@@ -32,6 +32,7 @@ type MemberLimiter struct {
 	queued map[mcreconcile.Request]bool
 }
 
+// NewMemberLimiter lets one member hold at most limit workers.
 func NewMemberLimiter(limit int) *MemberLimiter {
 	return &MemberLimiter{
 		limit:    max(limit, 1),

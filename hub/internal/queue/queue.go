@@ -15,12 +15,14 @@ import (
 // before that are dropped (the controller's initial list covers them).
 type Ref struct {
 	q workqueue.TypedRateLimitingInterface[mcreconcile.Request]
-	// ready is closed when q is set.
+	// Ready is closed when q is set.
 	Ready chan struct{}
 }
 
+// NewRef is a Ref with no queue yet.
 func NewRef() *Ref { return &Ref{Ready: make(chan struct{})} }
 
+// Set hands the controller's queue out, once.
 func (r *Ref) Set(q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
 	r.q = q
 	close(r.Ready)
