@@ -27,5 +27,5 @@
 //     the teardown tombstones hub/internal/tombstones.
 //   - backup_*.go, final_backup*.go, restore*.go, rotation*.go:
 //     DatabaseBackups, restores and the final backup of a teardown;
-//     sweep.go: the member-sweep controller; shard_*.go: the sharded hub.
+//     the member sweep is hub/internal/sweep; shard_*.go: the sharded hub.
 package database

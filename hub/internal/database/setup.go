@@ -22,6 +22,7 @@ import (
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
+	"github.com/fleetdb/fleetdb/hub/internal/sweep"
 	"github.com/fleetdb/fleetdb/hub/internal/tombstones"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
 	"github.com/fleetdb/fleetdb/member"
@@ -162,16 +163,16 @@ func (w *wiring) memberSyncController() error {
 // Databases that are gone or no longer placed there.
 func (w *wiring) sweepController() error {
 	local := w.mgr.GetLocalManager()
-	sw := newSweeper(w.mgr, local.GetClient(), w.state, w.provider, w.memo, w.opts.MemberCallTimeout)
-	sw.hubID, sw.tombstones = w.opts.HubID, w.tombstones
+	sw := sweep.New(w.mgr, local.GetClient(), w.state, w.provider, w.memo, w.opts.MemberCallTimeout)
+	sw.HubID, sw.Tombstones = w.opts.HubID, w.tombstones
 	if w.shard != nil {
-		sw.owns = w.shard.coord.owns
+		sw.Owns = w.shard.coord.owns
 	}
 	return ctrl.NewControllerManagedBy(local).
 		Named("member-sweep").
-		WatchesRawSource(registrySource[reconcile.Request]{provider: w.provider, requests: sw.sweepRequests}).
+		WatchesRawSource(registrySource[reconcile.Request]{provider: w.provider, requests: sw.Requests}).
 		WithOptions(controller.Options{
-			MaxConcurrentReconciles: sweepWorkers, SkipNameValidation: w.skipNames,
+			MaxConcurrentReconciles: sweep.Workers, SkipNameValidation: w.skipNames,
 			LogConstructor: reconcileLogs(local.GetLogger(), "member-sweep", func(req *reconcile.Request) []any {
 				return []any{"namespace", req.Namespace, "name", req.Name}
 			}),

@@ -281,3 +281,14 @@ func (p *plan) traceparentOrEmpty() string {
 	}
 	return p.traceparent
 }
+
+// PlannedOn reports the uid of the Database key's plan and whether it
+// places the Database on cluster; ok is false without a plan (the sweep's
+// view of the plans).
+func (s *state) PlannedOn(key types.NamespacedName, cluster string) (uid types.UID, placed, ok bool) {
+	p := s.plan(key)
+	if p == nil {
+		return "", false, false
+	}
+	return p.uid, p.role(cluster) != roleNone, true
+}

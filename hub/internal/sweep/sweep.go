@@ -1,4 +1,4 @@
-package database
+package sweep
 
 import (
 	"context"
@@ -29,11 +29,17 @@ const (
 	sweepRetry = 5 * time.Second
 	// sweepAttempts bounds those retries.
 	sweepAttempts = 12
-	// sweepWorkers is how many members are swept at once.
-	sweepWorkers = 4
+	// Workers is how many members are swept at once.
+	Workers = 4
 )
 
-// sweeper collects leftovers in a member that (re)connected: objects of
+// Plans is what the sweep asks the Database controller's plans: whether the
+// Database key has a plan (of the Database uid) and places it on cluster.
+type Plans interface {
+	PlannedOn(key types.NamespacedName, cluster string) (uid types.UID, placed, ok bool)
+}
+
+// Sweeper collects leftovers in a member that (re)connected: objects of
 // Databases that are gone, or no longer placed there, whose teardown could
 // not run while the member was unreachable (SPEC 4.5). It finds them by
 // label, and touches only objects that carry this hub's identity and whose
@@ -43,20 +49,20 @@ const (
 // from a member decides what is deleted; objects of another hub, and objects
 // written before hub identities, are never swept. It is the reconciler of the member-sweep controller: a request names a member
 // (reconcile.Request.Name), put in its queue by the registry when the member
-// turns Ready (sweepRequests).
-type sweeper struct {
+// turns Ready (Requests).
+type Sweeper struct {
 	mgr      mcmanager.Manager
 	hub      client.Client
-	state    *state
+	plans    Plans
 	provider *clusters.Provider
 	memo     *member.Memo
 	timeout  time.Duration
 	// hubID is this hub's identity; tombstones its record of what to collect.
-	hubID      string
-	tombstones *tombstones.Store
+	HubID      string
+	Tombstones *tombstones.Store
 	// owns, when set (--sharding), says which members this replica owns:
 	// only those are swept from here.
-	owns func(cluster string) bool
+	Owns func(cluster string) bool
 
 	mu sync.Mutex
 	// attempts counts the sweeps of a member since it turned Ready.
@@ -72,16 +78,18 @@ type leftover struct {
 	uid types.UID
 }
 
-func newSweeper(mgr mcmanager.Manager, hub client.Client, st *state, provider *clusters.Provider, memo *member.Memo, timeout time.Duration) *sweeper {
-	return &sweeper{
-		mgr: mgr, hub: hub, state: st, provider: provider, memo: memo, timeout: timeout,
+// New is the sweeper of the members of mgr, reading the hub through hub and
+// the plans through plans; timeout bounds the calls of one sweep.
+func New(mgr mcmanager.Manager, hub client.Client, plans Plans, provider *clusters.Provider, memo *member.Memo, timeout time.Duration) *Sweeper {
+	return &Sweeper{
+		mgr: mgr, hub: hub, plans: plans, provider: provider, memo: memo, timeout: timeout,
 		attempts: map[string]int{}, wasReady: map[string]bool{},
 	}
 }
 
-// sweepRequests maps registry news to a sweep of a member that turned Ready
+// Requests maps registry news to a sweep of a member that turned Ready
 // (connected, reconnected or passed its probes again).
-func (s *sweeper) sweepRequests(name string, h clusters.Health) []reconcile.Request {
+func (s *Sweeper) Requests(name string, h clusters.Health) []reconcile.Request {
 	ready := h.Engaged && h.Ready
 	turnedReady := ready && !s.wasReady[name]
 	s.wasReady[name] = ready
@@ -95,10 +103,10 @@ func (s *sweeper) sweepRequests(name string, h clusters.Health) []reconcile.Requ
 // Reconcile sweeps one member. Databases the hub has not planned yet are
 // looked at again after sweepRetry, at most sweepAttempts times; a member
 // that is not Ready is swept again when it is back.
-func (s *sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (s *Sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	cluster := req.Name
 	log := ctrl.LoggerFrom(ctx).WithValues("cluster", cluster, "sweep", true)
-	if h := s.provider.Health(cluster); !h.Engaged || !h.Ready || (s.owns != nil && !s.owns(cluster)) {
+	if h := s.provider.Health(cluster); !h.Engaged || !h.Ready || (s.Owns != nil && !s.Owns(cluster)) {
 		s.setAttempts(cluster, -1)
 		return reconcile.Result{}, nil
 	}
@@ -114,7 +122,7 @@ func (s *sweeper) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 }
 
 // countAttempt counts a sweep of cluster that has to look again and returns the count.
-func (s *sweeper) countAttempt(cluster string) int {
+func (s *Sweeper) countAttempt(cluster string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.attempts[cluster]++
@@ -122,7 +130,7 @@ func (s *sweeper) countAttempt(cluster string) int {
 }
 
 // setAttempts sets the count (n < 0: forgets it).
-func (s *sweeper) setAttempts(cluster string, n int) {
+func (s *Sweeper) setAttempts(cluster string, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n < 0 {
@@ -135,7 +143,7 @@ func (s *sweeper) setAttempts(cluster string, n int) {
 // findLeftovers lists the Databases whose labelled StatefulSets, ConfigMaps
 // or Services (the CloudNativePG backend has neither of the first two) the
 // member holds.
-func (s *sweeper) findLeftovers(ctx context.Context, c client.Reader) (map[leftover]bool, error) {
+func (s *Sweeper) findLeftovers(ctx context.Context, c client.Reader) (map[leftover]bool, error) {
 	found := map[leftover]bool{}
 	lists := []client.ObjectList{&appsv1.StatefulSetList{}, &corev1.ConfigMapList{}, &corev1.ServiceList{}}
 	for _, list := range lists {
@@ -155,7 +163,7 @@ func (s *sweeper) findLeftovers(ctx context.Context, c client.Reader) (map[lefto
 }
 
 // sweepOnce removes leftovers; unsure counts Databases it could not decide on yet.
-func (s *sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, err error) {
+func (s *Sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	cl, err := s.mgr.GetCluster(ctx, multicluster.ClusterName(cluster))
@@ -166,7 +174,7 @@ func (s *sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 	if err != nil {
 		return 0, err
 	}
-	stones, err := s.tombstones.All(ctx)
+	stones, err := s.Tombstones.All(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -191,13 +199,13 @@ func (s *sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 		}
 		if policy == "" {
 			if tomb { // placed here again: nothing to collect
-				if err := s.tombstones.Swept(ctx, lo.uid, cluster); err != nil {
+				if err := s.Tombstones.Swept(ctx, lo.uid, cluster); err != nil {
 					return unsure, err
 				}
 			}
 			continue // placed here, or not known to be gone: kept
 		}
-		owner := member.Owner{Namespace: lo.key.Namespace, Name: lo.key.Name, UID: lo.uid, HubID: s.hubID}
+		owner := member.Owner{Namespace: lo.key.Namespace, Name: lo.key.Name, UID: lo.uid, HubID: s.HubID}
 		done, err := member.Teardown(ctx, cl.GetClient(), owner, policy, s.memo)
 		if err != nil {
 			return unsure, err
@@ -208,7 +216,7 @@ func (s *sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 		}
 		s.memo.ForgetDatabase(cluster, lo.key.Namespace, lo.key.Name)
 		if tomb {
-			if err := s.tombstones.Swept(ctx, lo.uid, cluster); err != nil {
+			if err := s.Tombstones.Swept(ctx, lo.uid, cluster); err != nil {
 				return unsure, err
 			}
 		}
@@ -222,7 +230,7 @@ func (s *sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 // this member (without one nothing is collected: the hub does not know the
 // Database to be gone or dropped from here); decided is false while the
 // Database controller has not planned an existing Database yet.
-func (s *sweeper) decide(ctx context.Context, cluster string, lo leftover, stones map[types.UID]tombstones.Tombstone) (
+func (s *Sweeper) decide(ctx context.Context, cluster string, lo leftover, stones map[types.UID]tombstones.Tombstone) (
 	policy fleetv1alpha1.DeletionPolicy, tomb, decided bool, err error) {
 	ts, ok := stones[lo.uid]
 	tomb = ok && ts.Namespace == lo.key.Namespace && ts.Name == lo.key.Name && slices.Contains(ts.Members, cluster)
@@ -237,22 +245,22 @@ func (s *sweeper) decide(ctx context.Context, cluster string, lo leftover, stone
 	case err != nil:
 		return "", true, false, err
 	}
-	p := s.state.plan(lo.key)
-	if p == nil || p.uid != db.UID {
+	uid, placed, ok := s.plans.PlannedOn(lo.key, cluster)
+	if !ok || uid != db.UID {
 		return "", true, false, nil
 	}
-	if db.UID == lo.uid && p.role(cluster) != roleNone {
+	if db.UID == lo.uid && placed {
 		return "", true, true, nil // placed here again: a member sync owns it; the tombstone is stale
 	}
-	if p.role(cluster) != roleNone {
+	if placed {
 		return "", false, true, nil // a Database of the same name runs here now: leave it to its sync
 	}
 	return ts.Policy, true, true, nil
 }
 
 // collect notes the Database of a member object this hub wrote.
-func (s *sweeper) collect(found map[leftover]bool, l map[string]string) {
-	if l[fleetv1alpha1.LabelManagedBy] != fleetv1alpha1.ManagedByValue || l[fleetv1alpha1.LabelHubID] != s.hubID || s.hubID == "" {
+func (s *Sweeper) collect(found map[leftover]bool, l map[string]string) {
+	if l[fleetv1alpha1.LabelManagedBy] != fleetv1alpha1.ManagedByValue || l[fleetv1alpha1.LabelHubID] != s.HubID || s.HubID == "" {
 		return
 	}
 	lo := leftover{

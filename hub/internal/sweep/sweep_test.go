@@ -1,4 +1,4 @@
-package database
+package sweep
 
 import (
 	"testing"
@@ -12,7 +12,7 @@ import (
 // reconnect, probes passing again), not on every piece of registry news.
 func TestSweepRequests(t *testing.T) {
 	g := NewWithT(t)
-	s := newSweeper(nil, nil, newState(), nil, nil, 0)
+	s := New(nil, nil, nil, nil, nil, 0)
 	ready := clusters.Health{Engaged: true, Ready: true}
 	down := clusters.Health{Engaged: true}
 	steps := []struct {
@@ -30,7 +30,7 @@ func TestSweepRequests(t *testing.T) {
 		{"m1", ready, true},
 	}
 	for i, step := range steps {
-		reqs := s.sweepRequests(step.member, step.health)
+		reqs := s.Requests(step.member, step.health)
 		if !step.sweep {
 			g.Expect(reqs).To(BeEmpty(), "step %d", i)
 			continue
@@ -39,7 +39,7 @@ func TestSweepRequests(t *testing.T) {
 		g.Expect(reqs[0].Name).To(Equal(step.member))
 	}
 	g.Expect(s.countAttempt("m1")).To(Equal(1))
-	s.sweepRequests("m1", down)
-	s.sweepRequests("m1", ready)
+	s.Requests("m1", down)
+	s.Requests("m1", ready)
 	g.Expect(s.countAttempt("m1")).To(Equal(1), "a member that turns Ready again starts its attempts anew")
 }
