@@ -234,8 +234,7 @@ func (r *memberSyncReconciler) syncWorkload(ctx context.Context, c client.Client
 	db *fleetv1alpha1.Database, p *plan, role memberRole) syncOutcome {
 	s := &memberScope{c: c, live: live, cluster: cluster, key: key, db: db, p: p, role: role, outcome: outcomeObserved}
 	for _, phase := range []memberPhase{
-		r.memberPrepareRotation,
-		r.memberPrepareRestore,
+		r.memberPrepare,
 		r.memberApply,
 		r.memberFinishRotation,
 		r.memberObserve,
@@ -248,25 +247,17 @@ func (r *memberSyncReconciler) syncWorkload(ctx context.Context, c client.Client
 	return s.out
 }
 
-// memberPrepareRotation: which credentials to render.
-func (r *memberSyncReconciler) memberPrepareRotation(ctx context.Context, s *memberScope) bool {
-	rot, err := r.prepareRotation(ctx, s.c, s.live, s.db, s.p)
+// memberPrepare: which credentials to render (the rotation's part) and the
+// restore's part before the apply.
+func (r *memberSyncReconciler) memberPrepare(ctx context.Context, s *memberScope) bool {
+	var err error
+	if s.rot, err = r.prepareRotation(ctx, s.c, s.live, s.db, s.p); err == nil {
+		s.rest, err = r.prepareRestore(ctx, s.c, s.live, s.db, s.cluster)
+	}
 	if err != nil {
 		s.out = r.stepFailed(s.key, s.cluster, errReasonObserve, err)
 		return false
 	}
-	s.rot = rot
-	return true
-}
-
-// memberPrepareRestore: the restore's part before the apply.
-func (r *memberSyncReconciler) memberPrepareRestore(ctx context.Context, s *memberScope) bool {
-	rest, err := r.prepareRestore(ctx, s.c, s.live, s.db, s.cluster)
-	if err != nil {
-		s.out = r.stepFailed(s.key, s.cluster, errReasonObserve, err)
-		return false
-	}
-	s.rest = rest
 	return true
 }
 
