@@ -10,7 +10,7 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -ldflags "-s -w" -o /fleetdb-hub ./hub/cmd/fleetdb-hub
+    go build -trimpath -ldflags "-s -w" -o /fleetdb-hub ./cmd/fleetdb-hub
 
 FROM gcr.io/distroless/static:nonroot
 COPY --from=build /fleetdb-hub /fleetdb-hub

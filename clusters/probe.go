@@ -16,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 )
 
 // maxMessageLength bounds condition messages (the API allows 32768).
@@ -131,12 +132,7 @@ func isTLSError(err error) bool {
 }
 
 // truncate bounds a message to maxMessageLength bytes.
-func truncate(s string) string {
-	if len(s) <= maxMessageLength {
-		return s
-	}
-	return s[:maxMessageLength-3] + "..."
-}
+func truncate(s string) string { return statusmsg.Truncate(s, maxMessageLength) }
 
 // probeLoop probes the member of r every ProbeInterval until r ends. It skips
 // ticks while a connect is in flight: the connect's preflight is a probe.

@@ -28,7 +28,7 @@ case "$replicas" in
 esac
 fleet_dir=${FLEET_DIR:-$root/.cache/fleet}
 mkdir -p bin
-go build -o bin/fleetdb-hub ./hub/cmd/fleetdb-hub
+go build -o bin/fleetdb-hub ./cmd/fleetdb-hub
 kubectl="$(hack/toolchain.sh)/kubectl"
 tracing_msg=""
 if [ "${TRACING:-}" = 1 ]; then

@@ -1,26 +1,9 @@
-// Package hub holds fleetdb's hub controllers: the Database controller
-// (finalizer, placement, rollout plan, status — the single writer of
-// Database.status), the per-member sync controller (render, apply, observe,
-// tear down in one member) and the member-sweep controller (leftovers in a
-// member that reconnects), wired on a multicluster-runtime manager.
+// Package hub builds fleetdb's hub: a multicluster-runtime manager with the
+// cluster registry (package clusters) and the hub's controllers, and the
+// public API its binary (cmd/fleetdb-hub) and tests use: Config, NewManager,
+// Options and their defaults, leader election, the replica identity.
 //
-// The two main controllers talk in memory: the Database controller
-// publishes a plan per Database (which members, which may take the current
-// generation, which are torn down) and enqueues one member-sync request per
-// member; member syncs record what they observed and wake the Database
-// controller, which folds the results into one status write. The cluster
-// registry reaches all three controllers as a source of requests
-// (registry_source.go).
-//
-// Where things are:
-//   - database_controller.go: Reconcile, the scope, the phases it runs and
-//     the one deferred status write; database_credentials.go,
-//     database_phases.go and database_delete.go: the phases.
-//   - status.go and status_conditions.go: the status, one setter per
-//     condition, the phase derived from the conditions.
-//   - member_sync.go: the member sync's envelope (Reconcile) and its work;
-//     member_sync_outcome.go: what the work returns.
-//   - instrumentation.go: spans and metrics of both controllers (plans,
-//     outcomes); the plumbing is internal/telemetry.
-//   - setup.go, handlers.go, queue.go: wiring, event handlers, queues.
+// The controllers live in hub/internal (docs/architecture.md): database (the
+// Database controller, the member sync, backups, the sweep and sharding),
+// topology (the switchover state machine), queue and tombstones.
 package hub

@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/fleetdb/fleetdb/hub/internal/database"
 )
 
 // Leader election: every replica starts its caches and health endpoints; only
@@ -51,9 +53,9 @@ type LeaderElection struct {
 }
 
 func (l LeaderElection) withDefaults() LeaderElection {
-	l.LeaseDuration = positiveOr(l.LeaseDuration, DefaultLeaseDuration)
-	l.RenewDeadline = positiveOr(l.RenewDeadline, DefaultRenewDeadline)
-	l.RetryPeriod = positiveOr(l.RetryPeriod, DefaultRetryPeriod)
+	l.LeaseDuration = database.PositiveOr(l.LeaseDuration, DefaultLeaseDuration)
+	l.RenewDeadline = database.PositiveOr(l.RenewDeadline, DefaultRenewDeadline)
+	l.RetryPeriod = database.PositiveOr(l.RetryPeriod, DefaultRetryPeriod)
 	return l
 }
 

@@ -18,6 +18,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub/internal/database"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
 
@@ -38,7 +39,7 @@ type Config struct {
 	// Hub is the hub cluster's rest config.
 	Hub *rest.Config
 	// Options tune the controllers.
-	Options Options
+	Options database.Options
 	// Registry tunes the cluster registry; Scheme and ClusterOptions are set by NewManager.
 	Registry clusters.Options
 	// MetricsAddr and HealthAddr are the listen addresses ("0" disables).
@@ -68,10 +69,10 @@ func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.P
 	if err != nil {
 		return nil, nil, err
 	}
-	opts := cfg.Options.withDefaults()
+	opts := cfg.Options.WithDefaults()
 	reg := cfg.Registry
 	reg.Scheme = scheme
-	reg.ClusterOptions = append(MemberClusterOptions(), reg.ClusterOptions...)
+	reg.ClusterOptions = append(database.MemberClusterOptions(), reg.ClusterOptions...)
 	reg.SecretNamespace = opts.HubNamespace
 	// API calls made inside traced reconciles are client spans of their
 	// trace, in the members and on the hub.
@@ -116,7 +117,7 @@ func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.P
 	if err := leaderElectionOptions(ctx, &mopts, cfg, opts.HubNamespace); err != nil {
 		return nil, nil, err
 	}
-	mgr, err := newMCManager(hubCfg, provider, mopts, cfg, &opts)
+	mgr, err := database.NewMCManager(hubCfg, provider, mopts, cfg.Logger, cfg.ReplicaID, &opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating manager: %w", err)
 	}
@@ -132,7 +133,7 @@ func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.P
 			return nil, nil, err
 		}
 	}
-	if err := Setup(ctx, mgr, provider, opts); err != nil {
+	if err := database.Setup(ctx, mgr, provider, opts); err != nil {
 		return nil, nil, err
 	}
 	return mgr, provider, nil

@@ -44,8 +44,13 @@ type Params struct {
 	Topology *Topology
 }
 
+// CredentialsSecretName is the Secret with a Database's credentials: the
+// hub keeps it in the Database's namespace, each member gets a copy of the
+// same name.
+func CredentialsSecretName(db string) string { return db + "-credentials" }
+
 // Names of the member objects of a Database.
-func secretName(db string) string    { return db + "-credentials" }
+func secretName(db string) string    { return CredentialsSecretName(db) }
 func configMapName(db string) string { return db + "-config" }
 func headlessName(db string) string  { return db + "-hl" }
 

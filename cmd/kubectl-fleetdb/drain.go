@@ -10,14 +10,12 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
-	"github.com/fleetdb/fleetdb/hub"
+	"github.com/fleetdb/fleetdb/internal/placement"
 )
 
 type drainOptions struct {
@@ -137,7 +135,7 @@ func (d *drainOptions) run(ctx context.Context, name string) error {
 }
 
 // preview resolves, for every Database placed on member, the hub's
-// placement with the member drained (hub.ResolvePlacement over the members
+// placement with the member drained (placement.Resolve over the members
 // its namespace may use).
 func (d *drainOptions) preview(ctx context.Context, c client.Client, member string) ([]drainImpact, error) {
 	var mcs fleetv1alpha1.MemberClusterList
@@ -163,7 +161,7 @@ func (d *drainOptions) preview(ctx context.Context, c client.Client, member stri
 	var out []drainImpact
 	for i := range dbs.Items {
 		db := &dbs.Items[i]
-		current := currentMembers(db)
+		current := placement.CurrentMembers(db)
 		if !slices.Contains(current, member) {
 			continue
 		}
@@ -175,38 +173,22 @@ func (d *drainOptions) preview(ctx context.Context, c client.Client, member stri
 			nsLabels[db.Namespace] = ns.Labels
 		}
 		allowed := admitted(mcs.Items, nsLabels[db.Namespace])
-		targets, held, err := hub.ResolvePlacement(db, allowed, current)
+		placed, err := placement.Resolve(db, allowed, current)
 		if err != nil {
 			return nil, fmt.Errorf("%s/%s: %w", db.Namespace, db.Name, err)
 		}
-		out = append(out, drainImpact{db: db, held: slices.Contains(held, member), before: current, after: targets})
+		out = append(out, drainImpact{db: db, held: slices.Contains(placed.DrainHeld, member), before: current, after: placed.Targets})
 	}
 	return out, nil
-}
-
-// currentMembers are the members a Database is placed on now (as the hub
-// counts them: its status entries not being torn down).
-func currentMembers(db *fleetv1alpha1.Database) []string {
-	var out []string
-	for _, c := range db.Status.Clusters {
-		if c.Phase != fleetv1alpha1.ClusterPhaseDeleting {
-			out = append(out, c.Name)
-		}
-	}
-	return out
 }
 
 // admitted are the members whose spec.namespaceSelector admits a namespace
 // with these labels (unset admits none), as the hub's tenancy rules say.
 func admitted(members []fleetv1alpha1.MemberCluster, nsLabels map[string]string) []fleetv1alpha1.MemberCluster {
 	var out []fleetv1alpha1.MemberCluster
-	for _, m := range members {
-		if m.Spec.NamespaceSelector == nil {
-			continue
-		}
-		sel, err := metav1.LabelSelectorAsSelector(m.Spec.NamespaceSelector)
-		if err == nil && sel.Matches(labels.Set(nsLabels)) {
-			out = append(out, m)
+	for i := range members {
+		if ok, err := placement.NamespaceAllowed(&members[i], nsLabels); err == nil && ok {
+			out = append(out, members[i])
 		}
 	}
 	return out

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
 )
 
@@ -79,19 +80,11 @@ func (t *table) render(w io.Writer, colour bool) {
 	}
 }
 
-// age is a duration as kubectl prints ages: 42s, 5m, 3h, 2d; "-" for never.
+// age is a duration as kubectl prints ages (its own HumanDuration: 42s,
+// 5m30s, 3h, 2d4h, 3y); "-" for never.
 func age(since time.Time, now time.Time) string {
 	if since.IsZero() {
 		return "-"
 	}
-	d := max(now.Sub(since), 0)
-	switch {
-	case d < 2*time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < 2*time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
-	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
+	return duration.HumanDuration(max(now.Sub(since), 0))
 }

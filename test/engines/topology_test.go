@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
-	"github.com/fleetdb/fleetdb/hub"
+	"github.com/fleetdb/fleetdb/internal/pki"
 )
 
 // TestPostgresTopologyCertificates puts the certificates the hub issues for
@@ -28,7 +28,7 @@ import (
 func TestPostgresTopologyCertificates(t *testing.T) {
 	const host = "ledger-rw.team-a.eu-1.fleet.test"
 	db := &fleetv1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "ledger"}}
-	certs, err := hub.IssueTopologyCertificates(db, map[string]string{"eu-1": host, "us-1": "ledger-rw.team-a.us-1.fleet.test"}, time.Now())
+	certs, err := pki.IssueTopologyCertificates(db, map[string]string{"eu-1": host, "us-1": "ledger-rw.team-a.us-1.fleet.test"}, time.Now())
 	if err != nil {
 		t.Fatalf("issuing: %v", err)
 	}

@@ -17,7 +17,7 @@ import (
 // BuildHub builds the hub binary from the checkout at repoRoot into out;
 // the compiler's output goes to log (nil: into the error).
 func BuildHub(ctx context.Context, repoRoot, out string, log io.Writer) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./hub/cmd/fleetdb-hub")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/fleetdb-hub")
 	cmd.Dir = repoRoot
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
@@ -25,7 +25,7 @@ func BuildHub(ctx context.Context, repoRoot, out string, log io.Writer) error {
 		cmd.Stdout, cmd.Stderr = log, log
 	}
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build ./hub/cmd/fleetdb-hub: %w: %s", err, output.String())
+		return fmt.Errorf("go build ./cmd/fleetdb-hub: %w: %s", err, output.String())
 	}
 	return nil
 }

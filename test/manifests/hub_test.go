@@ -295,10 +295,10 @@ func generatedClusterRole(t *testing.T) *rbacv1.ClusterRole {
 	return roles[0]
 }
 
-// hubFlags are the flags hub/cmd/fleetdb-hub defines.
+// hubFlags are the flags cmd/fleetdb-hub defines.
 func hubFlags(t *testing.T) []string {
 	t.Helper()
-	src := readFile(t, "hub/cmd/fleetdb-hub/main.go")
+	src := readFile(t, "cmd/fleetdb-hub/main.go")
 	var flags []string
 	for _, m := range regexp.MustCompile(`flag\.\w+Var\(\s*&[^,]+,\s*"([^"]+)"`).FindAllStringSubmatch(src, -1) {
 		flags = append(flags, m[1])
@@ -307,7 +307,7 @@ func hubFlags(t *testing.T) []string {
 		flags = append(flags, m[1])
 	}
 	if len(flags) == 0 {
-		t.Fatal("found no flags in hub/cmd/fleetdb-hub/main.go")
+		t.Fatal("found no flags in cmd/fleetdb-hub/main.go")
 	}
 	return flags
 }

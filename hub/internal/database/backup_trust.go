@@ -1,0 +1,104 @@
+package database
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
+	"github.com/fleetdb/fleetdb/member"
+)
+
+// Which Jobs in a member count as a Database's final backup. Labels are no
+// proof: whoever may create Jobs in the namespace can copy them (the hub
+// identity and the backup id are on objects any reader sees), and a Job
+// running "true" completes for real. So a Job counts only when
+//   - its backup id is this Database's (final-<uid>, or final-<uid>-g<n> of
+//     a dropped member): a Job of an earlier Database of the same name is
+//     not this one's backup (ignored, and not deleted);
+//   - its name is the one the hub gives that id and attempt; and
+//   - its pod runs what the hub renders for it: the same containers (image,
+//     command, environment, mounts) and volumes. A Job that passes ran the
+//     backup script into this Database's backup directory, whoever created it.
+// A Job of this Database's id that fails the check is not trusted: the
+// teardown of a Required backup holds (nothing deleted), the record says
+// which Job, and deleting that Job lets the hub run its own.
+
+// ownsBackupID: id is a final backup id of the Database with this UID.
+func ownsBackupID(db *fleetv1alpha1.Database, id string) bool {
+	return finalIDPattern(db).MatchString(id)
+}
+
+func finalIDPattern(db *fleetv1alpha1.Database) *regexp.Regexp {
+	return regexp.MustCompile(`^` + regexp.QuoteMeta(member.FinalBackupID(string(db.UID))) + `(-g[0-9]+)?$`)
+}
+
+// thisDatabaseJobs keeps the Jobs of the Database's own backup ids, named as
+// the hub names them.
+func thisDatabaseJobs(db *fleetv1alpha1.Database, jobs []*batchv1.Job) []*batchv1.Job {
+	return slices.DeleteFunc(slices.Clone(jobs), func(j *batchv1.Job) bool {
+		id := j.Labels[fleetv1alpha1.LabelBackupID]
+		return !ownsBackupID(db, id) || j.Name != member.BackupJobName(db.Name, id, backupAttempt(j))
+	})
+}
+
+// trustedBackupJob: job is the final backup Job the hub renders for db in cluster.
+func (r *memberSyncReconciler) trustedBackupJob(job *batchv1.Job, db *fleetv1alpha1.Database, cluster string) bool {
+	id, attempt := job.Labels[fleetv1alpha1.LabelBackupID], backupAttempt(job)
+	if !ownsBackupID(db, id) || job.Name != member.BackupJobName(db.Name, id, attempt) {
+		return false
+	}
+	want, err := member.BackupJob(member.BackupParams{
+		Database: db, Cluster: cluster, Kind: fleetv1alpha1.BackupKindFinal, ID: id, Attempt: attempt,
+		HubID: r.opts.HubID, ImageRepository: r.opts.ImageRepository,
+	})
+	if err != nil {
+		return false
+	}
+	got, w := &job.Spec.Template.Spec, &want.Spec.Template.Spec
+	return slices.EqualFunc(got.InitContainers, w.InitContainers, sameBackupContainer) &&
+		slices.EqualFunc(got.Containers, w.Containers, sameBackupContainer) &&
+		slices.EqualFunc(got.Volumes, w.Volumes, func(a, b corev1.Volume) bool {
+			return a.Name == b.Name && apiequality.Semantic.DeepEqual(a.VolumeSource, b.VolumeSource)
+		})
+}
+
+// sameBackupContainer compares what decides what a container runs.
+func sameBackupContainer(a, b corev1.Container) bool {
+	return a.Name == b.Name && a.Image == b.Image && slices.Equal(a.Command, b.Command) && slices.Equal(a.Args, b.Args) &&
+		a.WorkingDir == b.WorkingDir && apiequality.Semantic.DeepEqual(a.Env, b.Env) &&
+		apiequality.Semantic.DeepEqual(a.EnvFrom, b.EnvFrom) && apiequality.Semantic.DeepEqual(a.VolumeMounts, b.VolumeMounts)
+}
+
+// untrustedBackupJob is the step of a member where a Job of this
+// Database's backup is not the one the hub runs: Required holds (nothing is
+// deleted), BestEffort records it as a failed backup and goes on.
+func untrustedBackupJob(cluster string, fb *finalBackupPlan, job *batchv1.Job) finalBackupStep {
+	id := job.Labels[fleetv1alpha1.LabelBackupID]
+	if !ownsBackupID(fb.db, id) {
+		id = fb.id
+	}
+	msg := fmt.Sprintf("Job %s in the member carries this backup's name or labels but is not the backup Job the hub runs "+
+		"(its pod differs): not trusted; delete it and the hub runs its own", job.Name)
+	rec := &fleetv1alpha1.BackupRecord{Cluster: cluster, Phase: fleetv1alpha1.BackupPhaseFailed, BackupID: id,
+		Location: member.BackupLocation(fb.db, id), Message: statusmsg.Bound(msg)}
+	if fb.policy == fleetv1alpha1.FinalBackupBestEffort {
+		return finalBackupStep{record: rec, jobs: true}
+	}
+	return finalBackupStep{record: rec, hold: true, requeue: finalBackupRetryBase, jobs: true,
+		waiting: "the final backup is held: " + msg}
+}
+
+// BackupRecord.message holds at most backupMessageMax bytes (the CRD's
+// MaxLength: a longer one fails the whole status write, again at every
+// retry). A failure's cause (backupWhyMax) leaves room for "attempt N
+// failed: ...; attempt N+1 running".
+const (
+	backupMessageMax = 512
+	backupWhyMax     = 400
+)

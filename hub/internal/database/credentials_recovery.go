@@ -1,0 +1,206 @@
+package database
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/placement"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
+)
+
+// credentialsWaitRetry is how soon a Database that waits for a member to
+// recover its credentials from looks again (a member coming back also wakes it).
+const credentialsWaitRetry = 10 * time.Second
+
+// errWaitingForCredentials is a retryable condition: the hub credentials
+// Secret is missing, no member read so far holds a copy, and some member the
+// Database may be on cannot be read now. A new password could lock that
+// member's data out, so the hub waits instead.
+type errWaitingForCredentials struct {
+	name    string
+	members []string
+}
+
+func (e errWaitingForCredentials) Error() string {
+	return fmt.Sprintf("credentials secret %s is missing on the hub; waiting for member(s) %s, which may hold the password, "+
+		"to be reachable (no new password is generated while a member may hold one)", e.name, strings.Join(e.members, ", "))
+}
+
+// recovered is what recoverCredentials found.
+type recovered struct {
+	data map[string][]byte
+	// from is the member the data came from.
+	from string
+	// unreadable are members the Database may be on that could not be read.
+	unreadable []string
+	// readable counts the members the Database may be on that were read.
+	readable int
+	// ranUnreadable is set when a member the Database ran on (its status) could not be read.
+	ranUnreadable bool
+}
+
+// mustWait says whether a missing password may not be generated yet: no
+// member the Database may be on could be read, or one it ran on could not.
+// (A member read later that holds another password is never overwritten:
+// the member apply refuses it with a Conflict.)
+func (r recovered) mustWait() bool {
+	return len(r.unreadable) > 0 && (r.readable == 0 || r.ranUnreadable)
+}
+
+// recoverCredentials looks for the Database's credentials in every member
+// the hub is connected to (a Database recreated under the same name, or
+// restored from Git, finds the password its data was initialised with), in
+// the member caches (fleetdb's labelled Secrets). Only Secrets this hub wrote
+// (its identity, or none: older objects) count; one of this Database's UID
+// is preferred. It also reports the members the Database may be on (placed
+// now or in its status) that cannot be read.
+func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1alpha1.Database) (recovered, error) {
+	var res recovered
+	var members fleetv1alpha1.MemberClusterList
+	if err := r.hub.List(ctx, &members); err != nil {
+		return res, fmt.Errorf("listing member clusters: %w", err)
+	}
+	maybe, ran := map[string]bool{}, map[string]bool{}
+	for _, name := range placement.CurrentMembers(db) {
+		maybe[name], ran[name] = true, true
+	}
+	if placed, err := placement.Resolve(db, members.Items, placement.CurrentMembers(db)); err == nil {
+		for _, name := range placed.Targets {
+			maybe[name] = true
+		}
+	}
+	registered := map[string]bool{}
+	for i := range members.Items {
+		registered[members.Items[i].Name] = true
+	}
+	names := sortedKeys(registered)
+	// The members are read at once (a read may go to a member's API server,
+	// see memberCredentials); the results are weighed in name order.
+	secrets, oks := make([]*corev1.Secret, len(names)), make([]bool, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() { secrets[i], oks[i] = r.memberCredentials(ctx, db, name, maybe[name]) })
+	}
+	wg.Wait()
+	bestOwn := false
+	for i, name := range names {
+		s, ok := secrets[i], oks[i]
+		switch {
+		case !ok:
+			if maybe[name] {
+				res.unreadable = append(res.unreadable, name)
+				res.ranUnreadable = res.ranUnreadable || ran[name]
+			}
+		case maybe[name]:
+			res.readable++
+		}
+		switch {
+		case s == nil:
+		case res.data == nil || (!bestOwn && s.Labels[fleetv1alpha1.LabelDatabaseUID] == string(db.UID)):
+			res.data = recoverableCredentials(s.Data)
+			res.from = name
+			bestOwn = s.Labels[fleetv1alpha1.LabelDatabaseUID] == string(db.UID)
+		}
+	}
+	return res, nil
+}
+
+// memberCredentials reads the Database's credentials Secret in one member
+// from the member's cache; ok is false when the member cannot be read now.
+// Where the Database may be placed (placed), a Secret a Retain teardown kept
+// is read live; other members cost no API call.
+func (r *databaseReconciler) memberCredentials(ctx context.Context, db *fleetv1alpha1.Database, name string, placed bool) (*corev1.Secret, bool) {
+	if h := r.provider.Health(name); !h.Engaged || !h.Ready {
+		return nil, false
+	}
+	cl, err := r.provider.Get(ctx, multicluster.ClusterName(name))
+	if err != nil {
+		return nil, false
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.opts.MemberCallTimeout)
+	defer cancel()
+	var s corev1.Secret
+	key := client.ObjectKey{Namespace: db.Namespace, Name: credentialsName(db)}
+	err = cl.GetClient().Get(cctx, key, &s)
+	switch {
+	case apierrors.IsNotFound(err) && placed:
+		// The member cache holds only fleetdb's labelled objects; a Secret
+		// kept by a Retain teardown lost those labels: read it directly.
+		return r.retainedMemberCredentials(cctx, cl.GetAPIReader(), db, key)
+	case err != nil:
+		return nil, apierrors.IsNotFound(err)
+	}
+	l := s.Labels
+	if l[fleetv1alpha1.LabelDatabaseNamespace] != db.Namespace || l[fleetv1alpha1.LabelDatabaseName] != db.Name ||
+		len(s.Data["username"]) == 0 || len(s.Data["password"]) == 0 {
+		return nil, true
+	}
+	if hub := l[fleetv1alpha1.LabelHubID]; hub != "" && hub != r.opts.HubID {
+		return nil, true // another hub's Database of the same name
+	}
+	return &s, true
+}
+
+// retainedMemberCredentials reads the Secret a Retain teardown of an earlier
+// Database of this name kept in a member (fleetdb's labels stripped, its
+// deletion-policy annotation kept): its password is the one the retained
+// data was initialised with, so a re-created Database must use it.
+func (r *databaseReconciler) retainedMemberCredentials(ctx context.Context, live client.Reader, db *fleetv1alpha1.Database, key client.ObjectKey) (*corev1.Secret, bool) {
+	var s corev1.Secret
+	if err := live.Get(ctx, key, &s); err != nil {
+		return nil, apierrors.IsNotFound(err)
+	}
+	_, released := s.Annotations[fleetv1alpha1.AnnotationDeletionPolicy]
+	if !released || s.Labels[fleetv1alpha1.LabelManagedBy] != "" || len(s.Data["username"]) == 0 || len(s.Data["password"]) == 0 {
+		return nil, true
+	}
+	return &s, true
+}
+
+// credentialsFromMembers is ensureCredentials' recovery step: the copy a
+// member holds (with an Event), errWaitingForCredentials while a member that
+// may hold one cannot be read, or nil when no member holds any.
+func (r *databaseReconciler) credentialsFromMembers(ctx context.Context, db *fleetv1alpha1.Database) (map[string][]byte, error) {
+	res, err := r.recoverCredentials(ctx, db)
+	switch {
+	case err != nil:
+		return nil, err
+	case res.data != nil:
+		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "CredentialsRecovered", "Credentials",
+			"the hub credentials Secret was missing; restored it from member %s", res.from)
+		return res.data, nil
+	case res.mustWait():
+		return nil, errWaitingForCredentials{name: db.Namespace + "/" + credentialsName(db), members: res.unreadable}
+	}
+	return nil, nil
+}
+
+// waitingStatus is the status of a Database that waits for something outside
+// it (not Stalled: it goes on by itself once that is there).
+func waitingStatus(db *fleetv1alpha1.Database, reason, msg string) fleetv1alpha1.DatabaseStatus {
+	st := *db.Status.DeepCopy()
+	gen := db.Generation
+	if st.Phase == "" || st.Phase == fleetv1alpha1.PhaseFailed {
+		st.Phase = fleetv1alpha1.PhasePending
+	}
+	for _, c := range []metav1.Condition{
+		{Type: fleetv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: statusmsg.Bound(msg)},
+		{Type: fleetv1alpha1.ConditionReconciling, Status: metav1.ConditionTrue, Reason: reason, Message: statusmsg.Bound(msg)},
+		{Type: fleetv1alpha1.ConditionStalled, Status: metav1.ConditionFalse, Reason: reason, Message: "waiting; not terminal"},
+	} {
+		c.ObservedGeneration = gen
+		meta.SetStatusCondition(&st.Conditions, c)
+	}
+	return st
+}

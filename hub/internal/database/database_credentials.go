@@ -1,0 +1,93 @@
+package database
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+)
+
+// reconcileCredentials puts the finalizer on before anything reaches a
+// member, and ensures the hub credentials Secret at the same time (it is
+// owned by the Database and collected with it), to keep a new Database's
+// first fan-out one hub round trip away. A Secret that belongs to someone
+// else, or lost credentials no member can restore, stall the Database.
+func (r *databaseReconciler) reconcileCredentials(ctx context.Context, s *databaseScope) (ctrl.Result, error) {
+	creds, err := r.finalizerAndCredentials(ctx, s.db)
+	var foreign errForeignCredentials
+	var lost errLostCredentials
+	var waiting errWaitingForCredentials
+	switch {
+	case errors.As(err, &waiting):
+		// Not terminal: a member that may hold the password comes back.
+		st := waitingStatus(s.db, fleetv1alpha1.ReasonWaitingForCredentials, err.Error())
+		s.status = &st
+		return ctrl.Result{RequeueAfter: credentialsWaitRetry}, errStopPhases
+	case errors.As(err, &lost):
+		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonCredentialsLost, err)
+	case errors.As(err, &foreign):
+		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonInvalidSpec, err)
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+	s.credentials = creds
+	return ctrl.Result{}, nil
+}
+
+// finalizerAndCredentials adds the teardown finalizer if it is missing and
+// ensures the hub credentials Secret, both at once; it returns the credentials.
+func (r *databaseReconciler) finalizerAndCredentials(ctx context.Context, db *fleetv1alpha1.Database) (map[string][]byte, error) {
+	ensure := func(db *fleetv1alpha1.Database) (map[string][]byte, error) {
+		return ensureCredentials(ctx, r.hub, r.live, db, func() (map[string][]byte, error) { return r.credentialsFromMembers(ctx, db) })
+	}
+	if controllerutil.ContainsFinalizer(db, fleetv1alpha1.TeardownFinalizer) {
+		return ensure(db)
+	}
+	var (
+		creds   map[string][]byte
+		credErr error
+		wg      sync.WaitGroup
+	)
+	snapshot := db.DeepCopy() // the finalizer patch rewrites db meanwhile
+	wg.Go(func() { creds, credErr = ensure(snapshot) })
+	finErr := r.addFinalizer(ctx, db)
+	wg.Wait()
+	if finErr != nil {
+		return nil, fmt.Errorf("adding finalizer: %w", finErr)
+	}
+	return creds, credErr
+}
+
+// addFinalizer adds the teardown finalizer with an optimistic-lock patch (the
+// list is replaced as a whole, so it must be the current one). A conflict
+// usually means the cache has not seen an earlier reconcile's writes yet: the
+// Database is read live, and patched again only if it still lacks the finalizer.
+func (r *databaseReconciler) addFinalizer(ctx context.Context, db *fleetv1alpha1.Database) error {
+	for attempt := 0; ; attempt++ {
+		patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		recordBackend(db)
+		controllerutil.AddFinalizer(db, fleetv1alpha1.TeardownFinalizer)
+		err := r.hub.Patch(ctx, db, patch)
+		if !apierrors.IsConflict(err) || attempt > 0 {
+			return err
+		}
+		fresh := &fleetv1alpha1.Database{}
+		if err := r.live.Get(ctx, client.ObjectKeyFromObject(db), fresh); err != nil {
+			return err
+		}
+		*db = *fresh
+		if controllerutil.ContainsFinalizer(db, fleetv1alpha1.TeardownFinalizer) {
+			return nil
+		}
+		if !db.DeletionTimestamp.IsZero() {
+			return fmt.Errorf("the Database is being deleted")
+		}
+	}
+}

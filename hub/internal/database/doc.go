@@ -1,0 +1,31 @@
+// Package database holds fleetdb's hub controllers: the Database controller
+// (finalizer, placement, rollout plan, status — the single writer of
+// Database.status), the per-member sync controller (render, apply, observe,
+// tear down in one member) and the member-sweep controller (leftovers in a
+// member that reconnects), wired on a multicluster-runtime manager.
+//
+// The two main controllers talk in memory: the Database controller
+// publishes a plan per Database (which members, which may take the current
+// generation, which are torn down) and enqueues one member-sync request per
+// member; member syncs record what they observed and wake the Database
+// controller, which folds the results into one status write. The cluster
+// registry reaches all three controllers as a source of requests
+// (registry_source.go).
+//
+// Where things are:
+//   - database_controller.go: Reconcile, the scope, the phases it runs and
+//     the one deferred status write; database_credentials.go,
+//     database_phases.go and database_delete.go: the phases.
+//   - status.go and status_conditions.go: the status, one setter per
+//     condition, the phase derived from the conditions.
+//   - member_sync.go: the member sync's envelope (Reconcile) and its work;
+//     member_sync_outcome.go: what the work returns.
+//   - instrumentation.go: spans and metrics of both controllers (plans,
+//     outcomes); the plumbing is internal/telemetry.
+//   - setup.go, handlers.go: wiring, event handlers; the queues are
+//     hub/internal/queue, the switchover state machine hub/internal/topology,
+//     the teardown tombstones hub/internal/tombstones.
+//   - backup_*.go, final_backup*.go, restore*.go, rotation*.go:
+//     DatabaseBackups, restores and the final backup of a teardown;
+//     the member sweep is hub/internal/sweep; shard_*.go: the sharded hub.
+package database

@@ -1,0 +1,75 @@
+package database
+
+import (
+	"slices"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+)
+
+// planRollout decides which targets may run the Database's current generation
+// now (SPEC 4.7): at most spec.rollout.maxUnavailable members are changed at
+// once, the next starts when those are Ready on the new generation.
+//
+//   - On generation 1 nothing runs yet, so every target is created at once.
+//   - A target with nothing in it yet (observed Pending) is created at once: a
+//     creation makes nothing unavailable.
+//   - A target already on the current generation stays allowed.
+//   - prevAllowed are the members allowed earlier for this same generation:
+//     they stay allowed (a rollout never goes back).
+//   - Members whose state is not known yet are held until the first
+//     observation, so a hub restart mid-rollout does not change them all.
+func planRollout(db *fleetv1alpha1.Database, targets []string, observed map[string]*memberResult, prevAllowed map[string]bool, reachable func(string) bool) map[string]bool {
+	allowed := make(map[string]bool, len(targets))
+	if db.Generation <= 1 {
+		for _, t := range targets {
+			allowed[t] = true
+		}
+		return allowed
+	}
+	var candidates []string
+	inFlight := 0
+	for _, t := range targets {
+		r := observed[t]
+		switch {
+		case r != nil && r.fresh():
+			allowed[t] = true
+		case r != nil && r.Status.ObservedGeneration == db.Generation:
+			allowed[t] = true
+			if r.Status.Phase != fleetv1alpha1.ClusterPhaseReady {
+				inFlight++
+			}
+		case prevAllowed[t]:
+			allowed[t] = true
+			inFlight++
+		case r != nil:
+			candidates = append(candidates, t)
+		}
+	}
+	// Reachable members first so an unreachable one does not stall the rollout
+	// before it starts; then by name, for a deterministic order.
+	slices.SortStableFunc(candidates, func(a, b string) int {
+		ra, rb := reachable(a), reachable(b)
+		switch {
+		case ra && !rb:
+			return -1
+		case rb && !ra:
+			return 1
+		}
+		if a < b {
+			return -1
+		}
+		if a > b {
+			return 1
+		}
+		return 0
+	})
+	budget := int(max(db.Spec.Rollout.MaxUnavailable, 1)) - inFlight
+	for _, t := range candidates {
+		if budget <= 0 {
+			break
+		}
+		allowed[t] = true
+		budget--
+	}
+	return allowed
+}

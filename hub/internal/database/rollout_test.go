@@ -1,0 +1,67 @@
+package database
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+)
+
+func observedAt(gen int64, phase fleetv1alpha1.ClusterPhase) *memberResult {
+	return &memberResult{HasWorkload: true, Status: fleetv1alpha1.ClusterStatus{ObservedGeneration: gen, Phase: phase}}
+}
+
+func TestPlanRollout(t *testing.T) {
+	targets := []string{"a", "b", "c", "d"}
+	ready := fleetv1alpha1.ClusterPhaseReady
+	fresh := &memberResult{Status: fleetv1alpha1.ClusterStatus{Phase: fleetv1alpha1.ClusterPhasePending}}
+	all := func(string) bool { return true }
+	tests := []struct {
+		name      string
+		gen       int64
+		maxU      int32
+		observed  map[string]*memberResult
+		prev      map[string]bool
+		reachable func(string) bool
+		want      []string
+	}{
+		{name: "first generation creates everywhere", gen: 1, maxU: 1, want: targets},
+		{name: "unknown members are held", gen: 2, maxU: 1, observed: map[string]*memberResult{}, want: nil},
+		{name: "one at a time", gen: 2, maxU: 1,
+			observed: map[string]*memberResult{"a": observedAt(1, ready), "b": observedAt(1, ready), "c": observedAt(1, ready), "d": observedAt(1, ready)},
+			want:     []string{"a"}},
+		{name: "two at a time", gen: 2, maxU: 2,
+			observed: map[string]*memberResult{"a": observedAt(1, ready), "b": observedAt(1, ready), "c": observedAt(1, ready), "d": observedAt(1, ready)},
+			want:     []string{"a", "b"}},
+		{name: "the next starts when the previous is ready", gen: 2, maxU: 1, prev: map[string]bool{"a": true},
+			observed: map[string]*memberResult{"a": observedAt(2, ready), "b": observedAt(1, ready), "c": observedAt(1, ready), "d": observedAt(1, ready)},
+			want:     []string{"a", "b"}},
+		{name: "not while the previous is still rolling", gen: 2, maxU: 1, prev: map[string]bool{"a": true},
+			observed: map[string]*memberResult{"a": observedAt(2, fleetv1alpha1.ClusterPhaseProvisioning), "b": observedAt(1, ready), "c": observedAt(1, ready), "d": observedAt(1, ready)},
+			want:     []string{"a"}},
+		{name: "an allowed member that has not caught up still counts", gen: 2, maxU: 1, prev: map[string]bool{"a": true},
+			observed: map[string]*memberResult{"a": observedAt(1, ready), "b": observedAt(1, ready)},
+			want:     []string{"a"}},
+		{name: "fresh members are created at once", gen: 3, maxU: 1,
+			observed: map[string]*memberResult{"a": observedAt(2, ready), "b": fresh, "c": fresh, "d": observedAt(2, ready)},
+			want:     []string{"a", "b", "c"}},
+		{name: "reachable members go first", gen: 2, maxU: 1, reachable: func(n string) bool { return n != "a" },
+			observed: map[string]*memberResult{"a": observedAt(1, ready), "b": observedAt(1, ready)},
+			want:     []string{"b"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			db := &fleetv1alpha1.Database{}
+			db.Generation = tc.gen
+			db.Spec.Rollout.MaxUnavailable = tc.maxU
+			reach := tc.reachable
+			if reach == nil {
+				reach = all
+			}
+			got := planRollout(db, targets, tc.observed, tc.prev, reach)
+			g.Expect(sortedKeys(got)).To(ConsistOf(tc.want))
+		})
+	}
+}

@@ -1,0 +1,221 @@
+package database
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
+	"github.com/fleetdb/fleetdb/member"
+)
+
+// Backoff between attempts of a member's failed rotation Job: it doubles
+// from rotationRetryBase up to rotationRetryMax.
+const (
+	rotationRetryBase = 15 * time.Second
+	rotationRetryMax  = 10 * time.Minute
+)
+
+// rotationJobPoll is how often a member sync looks at a running rotation
+// Job. Jobs are not watched: a watch would need the member's RBAC for Jobs
+// at all times (and fail on members deployed without it), while Jobs exist
+// only during a rotation; they are read live, and only then.
+const rotationJobPoll = 5 * time.Second
+
+// memberRotation is what a member sync knows about the rotation in its
+// member before it applies.
+type memberRotation struct {
+	// creds are the credentials to render for the member (nil: the plan's).
+	creds map[string][]byte
+	// token and pending are the hub's rotation under way ("" / nil: none).
+	token   string
+	pending []byte
+	// switched: the member runs on the pending password.
+	switched bool
+	// cnpg: the CloudNativePG backend, where writing the pending password
+	// into the member Secret is the switch (CloudNativePG alters the role).
+	cnpg bool
+	// cnpgWaiting: the member Secret has the pending password and
+	// CloudNativePG's Cluster does not report that Secret version yet.
+	cnpgWaiting bool
+	// secret is the member's credentials Secret as cached (nil: none).
+	secret *corev1.Secret
+	// jobs are the member's rotation Jobs of the token, by attempt.
+	jobs []*batchv1.Job
+}
+
+// prepareRotation finds out whether the member already switched to the
+// pending password of the rotation under way: its Secret (cached) says so,
+// or its latest rotation Job (read live) succeeded. A switched member
+// gets member.SwitchedCredentials. On the CloudNativePG backend there is no
+// Job: the member gets member.SwitchedCredentials at once, and CloudNativePG
+// changes the role's password on the Cluster's primary when its Secret
+// (bootstrap.initdb.secret, labelled cnpg.io/reload) changes; the member
+// counts as switched once the Cluster reports that Secret's version
+// (member.CNPGTookCredentials), not when the Secret was written.
+func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database, p *plan) (*memberRotation, error) {
+	mr := &memberRotation{
+		token:   string(p.credentials[member.CredentialsRotationTokenKey]),
+		pending: p.credentials[member.CredentialsPendingPasswordKey],
+	}
+	var s corev1.Secret
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: credentialsName(db)}, &s); {
+	case err == nil:
+		mr.secret = &s
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading the member credentials secret: %w", err)
+	}
+	if len(mr.pending) == 0 {
+		// Before the apply writes the final Secret: a failed removal is
+		// retried while the member Secret still shows the rotation.
+		return mr, r.removeRotationJobs(ctx, c, live, db, mr.secret)
+	}
+	if db.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG {
+		mr.cnpg = true
+		mr.creds = member.SwitchedCredentials(p.credentials)
+		mr.switched = mr.secret != nil && bytes.Equal(mr.secret.Data[member.CredentialsPasswordKey], mr.pending)
+		if mr.switched {
+			// The password is in the Secret; it is in PostgreSQL once
+			// CloudNativePG took that version of the Secret.
+			taken, err := member.CNPGTookCredentials(ctx, live, db, mr.secret)
+			if err != nil {
+				return nil, err
+			}
+			mr.switched, mr.cnpgWaiting = taken, !taken
+		}
+		return mr, nil
+	}
+	jobs, err := rotationJobs(ctx, live, db, mr.token, r.opts.HubID)
+	if err != nil {
+		return nil, err
+	}
+	mr.jobs = jobs
+	mr.switched = mr.secret != nil && bytes.Equal(mr.secret.Data[member.CredentialsPasswordKey], mr.pending)
+	if n := len(jobs); n > 0 && memberjob.Succeeded(jobs[n-1]) {
+		mr.switched = true
+	}
+	if mr.switched {
+		mr.creds = member.SwitchedCredentials(p.credentials)
+	}
+	return mr, nil
+}
+
+// finishRotation runs after the apply: it reports the member's state, runs
+// the rotation Job where the member Secret already carries the pending
+// password, retries a failed one with backoff, and removes the Jobs once no
+// rotation is under way. applied tells that this pass wrote the member
+// Secret from the hub credentials. It returns when to look again.
+func (r *memberSyncReconciler) finishRotation(ctx context.Context, c client.Client, cluster string, db *fleetv1alpha1.Database,
+	p *plan, mr *memberRotation, applied bool) (rotationReport, time.Duration, error) {
+	want := p.credentials
+	if mr.creds != nil {
+		want = mr.creds
+	}
+	current := applied || (mr.secret != nil && maps.EqualFunc(mr.secret.Data, want, bytes.Equal))
+	if len(mr.pending) == 0 {
+		return rotationReport{Current: current}, 0, nil
+	}
+	rep := rotationReport{Token: mr.token, Current: current, Switched: mr.switched}
+	if rep.Switched {
+		return rep, 0, nil
+	}
+	if mr.cnpg && (applied || mr.cnpgWaiting) {
+		// CloudNativePG's status is not watched: look again.
+		rep.Waiting = "waiting for CloudNativePG to take the new credentials Secret (the Cluster's status.secretsResourceVersion)"
+		return rep, rotationJobPoll, nil
+	}
+	if mr.cnpg {
+		rep.Waiting = "waiting for the rollout to put the new password into the credentials Secret (CloudNativePG changes the role's password from it)"
+		return rep, 0, nil
+	}
+	if !current {
+		rep.Waiting = "waiting for the rollout to update the credentials Secret"
+		return rep, 0, nil
+	}
+	var sts appsv1.StatefulSet
+	if err := c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name}, &sts); err != nil {
+		if apierrors.IsNotFound(err) {
+			rep.Waiting = "waiting for the StatefulSet"
+			return rep, 0, nil
+		}
+		return rep, 0, fmt.Errorf("reading the statefulset: %w", err)
+	}
+	attempt := 1
+	if n := len(mr.jobs); n > 0 {
+		last := mr.jobs[n-1]
+		failed, at, why := memberjob.Failed(last)
+		if !failed {
+			rep.Waiting = "rotation Job " + last.Name + " running"
+			return rep, rotationJobPoll, nil
+		}
+		rep.Failed = "Job " + last.Name + " failed: " + why
+		if wait := time.Until(at.Add(rotationBackoff(jobAttempt(last)))); wait > 0 {
+			return rep, wait, nil
+		}
+		attempt = jobAttempt(last) + 1
+	}
+	job, err := member.RotationJob(member.RotationParams{
+		Database: db, Cluster: cluster, Token: mr.token, Attempt: attempt, StatefulSet: &sts, ImageRepository: r.opts.ImageRepository,
+	})
+	if err != nil {
+		return rep, 0, fmt.Errorf("rendering the rotation job: %w", err)
+	}
+	member.StampHub([]client.Object{job}, r.opts.HubID)
+	if err := c.Create(ctx, job, client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
+		return rep, 0, fmt.Errorf("creating the rotation job: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("started a rotation job", "job", job.Name, "attempt", attempt)
+	if rep.Failed == "" {
+		rep.Waiting = "rotation Job " + job.Name + " running"
+	}
+	return rep, rotationJobPoll, nil
+}
+
+// removeRotationJobs deletes the Database's rotation Jobs (and their pods)
+// once no rotation is under way, while the member Secret (as cached) still
+// shows the last one. At rest it makes no call.
+func (r *memberSyncReconciler) removeRotationJobs(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database, secret *corev1.Secret) error {
+	if secret == nil || !member.InRotation(secret.Data) {
+		return nil
+	}
+	var list batchv1.JobList
+	if err := live.List(ctx, &list, client.InNamespace(db.Namespace),
+		client.MatchingLabelsSelector{Selector: member.SelectorFor(db.Namespace, db.Name)}, client.HasLabels{fleetv1alpha1.LabelRotation}); err != nil {
+		return fmt.Errorf("listing rotation jobs: %w", err)
+	}
+	for i := range list.Items {
+		j := &list.Items[i]
+		if j.DeletionTimestamp != nil || !memberjob.Own(j, r.opts.HubID) {
+			continue
+		}
+		if err := c.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting rotation job %s: %w", j.Name, err)
+		}
+	}
+	return nil
+}
+
+// rotationJobs lists this hub's rotation Jobs of token in the member, oldest attempt first.
+func rotationJobs(ctx context.Context, c client.Reader, db *fleetv1alpha1.Database, token, hubID string) ([]*batchv1.Job, error) {
+	return memberjob.List(ctx, c, db.Namespace, member.RotationJobLabels(db, token), hubID, fleetv1alpha1.AnnotationRotationAttempt, "rotation")
+}
+
+func jobAttempt(j *batchv1.Job) int {
+	return memberjob.AttemptOf(j, fleetv1alpha1.AnnotationRotationAttempt)
+}
+
+// rotationBackoff is the wait after the given failed attempt.
+func rotationBackoff(attempt int) time.Duration {
+	return memberjob.Backoff(attempt, rotationRetryBase, rotationRetryMax)
+}

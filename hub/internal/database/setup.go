@@ -1,0 +1,215 @@
+package database
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
+	mchandler "sigs.k8s.io/multicluster-runtime/pkg/handler"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub/internal/queue"
+	"github.com/fleetdb/fleetdb/hub/internal/sweep"
+	"github.com/fleetdb/fleetdb/hub/internal/tombstones"
+	"github.com/fleetdb/fleetdb/internal/telemetry"
+	"github.com/fleetdb/fleetdb/member"
+)
+
+// Setup registers fleetdb's controllers with the manager: the Database
+// controller, the member sync controller, the member-sweep controller and
+// the DatabaseBackup controller.
+// The registry reaches all three as a source of requests.
+func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provider, opts Options) error {
+	opts = opts.WithDefaults()
+	local := mgr.GetLocalManager()
+	w := &wiring{
+		mgr: mgr, provider: provider, opts: opts, state: newState(), memo: member.NewMemo(),
+		dbQueue: queue.NewRef(), memberQueue: queue.NewRef(), recorder: local.GetEventRecorder("fleetdb-hub"),
+		tombstones: &tombstones.Store{Client: local.GetClient(), Live: local.GetAPIReader(), Namespace: opts.HubNamespace},
+		// multicluster-runtime's builder does not take this from the manager's options.
+		skipNames: local.GetControllerOptions().SkipNameValidation,
+	}
+	if opts.Sharding {
+		if err := w.setupSharding(); err != nil {
+			return fmt.Errorf("sharding: %w", err)
+		}
+	}
+	if err := w.databaseController(); err != nil {
+		return fmt.Errorf("database controller: %w", err)
+	}
+	if err := w.memberSyncController(); err != nil {
+		return fmt.Errorf("member sync controller: %w", err)
+	}
+	if err := w.sweepController(); err != nil {
+		return fmt.Errorf("member sweep controller: %w", err)
+	}
+	// A sharded hub runs no backup controller: it writes to members from
+	// the leader, whichever replica owns them (docs/sharding.md). Its
+	// DatabaseBackups say so in their status.
+	backups := w.backupController
+	if opts.Sharding {
+		backups = w.shardedBackupController
+	}
+	if err := backups(); err != nil {
+		return fmt.Errorf("database backup controller: %w", err)
+	}
+	telemetry.FleetGauges.Use(&fleetSource{hub: local.GetClient(), state: w.state, provider: provider})
+	return nil
+}
+
+// wiring is what the controllers share: the state they meet in and each
+// other's queues.
+type wiring struct {
+	mgr                  mcmanager.Manager
+	provider             *clusters.Provider
+	opts                 Options
+	state                *state
+	memo                 *member.Memo
+	dbQueue, memberQueue *queue.Ref
+	recorder             events.EventRecorder
+	skipNames            *bool
+	// tombstones are the hub's record of member teardowns it skipped.
+	tombstones *tombstones.Store
+	// shard is the sharded hub's runtime; nil without --sharding.
+	shard *shardRuntime
+}
+
+// databaseController: hub Database events, registry changes (MemberCluster
+// objects: placement may change; health: status and teardown accounting).
+func (w *wiring) databaseController() error {
+	local := w.mgr.GetLocalManager()
+	dbr := &databaseReconciler{
+		hub: local.GetClient(), live: local.GetAPIReader(), provider: w.provider, state: w.state,
+		opts: w.opts, recorder: w.recorder, members: w.memberQueue, now: time.Now, tracer: telemetry.Tracer(),
+		tombstones: w.tombstones, shard: w.shard,
+	}
+	hubOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)}
+	return mcbuilder.ControllerManagedBy(w.mgr).
+		Named("database").
+		Watches(&fleetv1alpha1.Database{}, databaseEvents(dbr.startTeardown), hubOnly...).
+		Watches(&fleetv1alpha1.MemberCluster{},
+			mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](allDatabases(local.GetClient())), hubOnly...).
+		Watches(&corev1.Namespace{},
+			mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](databasesIn(local.GetClient())), hubOnly...).
+		WatchesRawSource(registrySource[mcreconcile.Request]{provider: w.provider, requests: w.databasesOnMember}).
+		WatchesRawSource(captureQueue(w.dbQueue)).
+		WithOptions(controller.TypedOptions[mcreconcile.Request]{
+			MaxConcurrentReconciles: w.opts.DatabaseWorkers,
+			SkipNameValidation:      w.skipNames,
+			LogConstructor: reconcileLogs(w.mgr.GetLogger(), "database", func(req *mcreconcile.Request) []any {
+				return []any{"database", req.NamespacedName.String()}
+			}),
+			// Every hub API call of a reconcile is bounded.
+			ReconciliationTimeout: hubReconcileTimeout,
+		}).
+		Complete(dbr)
+}
+
+// memberSyncController: member object events, registry changes (a member
+// that changed is synced again) and the Database controller's fan-out.
+func (w *wiring) memberSyncController() error {
+	local := w.mgr.GetLocalManager()
+	msr := &memberSyncReconciler{
+		mgr: w.mgr, hub: local.GetClient(), hubLive: local.GetAPIReader(), provider: w.provider, state: w.state, memo: w.memo,
+		opts: w.opts, recorder: w.recorder, databases: w.dbQueue, tracer: telemetry.Tracer(),
+		limiter: queue.NewMemberLimiter(max(2, w.opts.MemberWorkers/4)), self: w.memberQueue,
+		watches: newBackendWatches(w.memberQueue), shard: w.shard,
+	}
+	// Beyond its first sync, a member starts another only while fewer than
+	// half the workers are busy: slow members cannot starve the others.
+	msr.limiter.Budget = max(1, w.opts.MemberWorkers/2)
+	mgr := w.mgr
+	if w.shard != nil {
+		// Sharded, every replica syncs the members it owns.
+		mgr = everyReplica{w.mgr}
+	}
+	b := mcbuilder.ControllerManagedBy(mgr).Named("member-sync")
+	memberOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(false), mcbuilder.WithEngageWithProviderClusters(true)}
+	for _, obj := range memberKinds() {
+		gvk, err := apiutil.GVKForObject(obj, local.GetScheme())
+		if err != nil {
+			return err
+		}
+		b = b.Watches(obj, msr.memberObjectEvents(gvk, false), memberOnly...)
+	}
+	b = b.Watches(&corev1.PersistentVolumeClaim{}, msr.memberObjectEvents(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"), true), memberOnly...)
+	return b.WatchesRawSource(registrySource[mcreconcile.Request]{provider: w.provider, requests: w.syncsOnMember}).
+		WatchesRawSource(captureQueue(w.memberQueue)).
+		WithOptions(controller.TypedOptions[mcreconcile.Request]{
+			MaxConcurrentReconciles: w.opts.MemberWorkers,
+			ReconciliationTimeout:   w.opts.MemberCallTimeout,
+			SkipNameValidation:      w.skipNames,
+			LogConstructor: reconcileLogs(w.mgr.GetLogger(), "member-sync", func(req *mcreconcile.Request) []any {
+				return []any{"cluster", string(req.ClusterName), "database", req.NamespacedName.String()}
+			}),
+		}).
+		Complete(msr)
+}
+
+// sweepController: a member that turns Ready is swept for leftovers of
+// Databases that are gone or no longer placed there.
+func (w *wiring) sweepController() error {
+	local := w.mgr.GetLocalManager()
+	sw := sweep.New(w.mgr, local.GetClient(), w.state, w.provider, w.memo, w.opts.MemberCallTimeout)
+	sw.HubID, sw.Tombstones = w.opts.HubID, w.tombstones
+	if w.shard != nil {
+		sw.Owns = w.shard.coord.owns
+	}
+	return ctrl.NewControllerManagedBy(local).
+		Named("member-sweep").
+		WatchesRawSource(registrySource[reconcile.Request]{provider: w.provider, requests: sw.Requests}).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: sweep.Workers, SkipNameValidation: w.skipNames,
+			LogConstructor: reconcileLogs(local.GetLogger(), "member-sweep", func(req *reconcile.Request) []any {
+				return []any{"namespace", req.Namespace, "name", req.Name}
+			}),
+		}).
+		Complete(tracedReconciler[reconcile.Request]{inner: sw, tracer: telemetry.Tracer(), span: spanSweep})
+}
+
+// databasesOnMember maps a registry change of a member to the Databases
+// planned on it: their status and teardown accounting may change.
+func (w *wiring) databasesOnMember(name string, _ clusters.Health) []mcreconcile.Request {
+	var out []mcreconcile.Request
+	for _, key := range w.state.databasesOn(name) {
+		out = append(out, queue.Request("", key))
+	}
+	return out
+}
+
+// syncsOnMember maps a registry change of a member to a sync of every
+// Database planned on it.
+func (w *wiring) syncsOnMember(name string, _ clusters.Health) []mcreconcile.Request {
+	var out []mcreconcile.Request
+	for _, key := range w.state.databasesOn(name) {
+		out = append(out, queue.Request(name, key))
+	}
+	if w.shard != nil {
+		for _, key := range w.shard.databasesOn(name) {
+			out = append(out, queue.Request(name, key))
+		}
+	}
+	return out
+}
+
+// captureQueue is a source that only hands the controller's queue to ref, so
+// the other controller can enqueue requests into it in memory.
+func captureQueue(ref *queue.Ref) source.TypedSource[mcreconcile.Request] {
+	return source.TypedFunc[mcreconcile.Request](func(_ context.Context, q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) error {
+		ref.Set(q)
+		return nil
+	})
+}

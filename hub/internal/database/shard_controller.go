@@ -1,0 +1,232 @@
+package database
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/queue"
+	"github.com/fleetdb/fleetdb/member"
+)
+
+// +kubebuilder:rbac:groups=fleetdb.io,resources=databaseplacements,verbs=get;list;watch;create;update;patch;delete;deletecollection,namespace=fleetdb-system
+// +kubebuilder:rbac:groups=fleetdb.io,resources=databaseplacements/status,verbs=get;update;patch,namespace=fleetdb-system
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete,namespace=fleetdb-system
+
+// shardCacheOptions keeps the hub's cache of placements to the hub namespace.
+func shardCacheOptions(o *cache.Options, namespace string) {
+	if o.ByObject == nil {
+		o.ByObject = map[client.Object]cache.ByObject{}
+	}
+	o.ByObject[&fleetv1alpha1.DatabasePlacement{}] = cache.ByObject{Namespaces: map[string]cache.Config{namespace: {}}}
+}
+
+// placementController runs on every replica: it keeps the placements'
+// specs for the member syncs, wakes an owned member's sync when its spec
+// changed, and records the reports of members owned elsewhere.
+func (w *wiring) placementController() error {
+	local := w.mgr.GetLocalManager()
+	return ctrl.NewControllerManagedBy(local).
+		Named("placements").
+		For(&fleetv1alpha1.DatabasePlacement{}).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: 2, SkipNameValidation: w.skipNames, NeedLeaderElection: ptr.To(false),
+			LogConstructor: reconcileLogs(local.GetLogger(), "placements", func(req *reconcile.Request) []any {
+				return []any{"placement", req.Name}
+			}),
+		}).
+		Complete(w.shard)
+}
+
+// Reconcile folds one placement into this replica's view.
+func (s *shardRuntime) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	pl := &fleetv1alpha1.DatabasePlacement{}
+	if err := s.hub.Get(ctx, req.NamespacedName, pl); err != nil {
+		if client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, err
+		}
+		s.mu.Lock()
+		e, ok := s.byName[req.Name]
+		delete(s.byName, req.Name)
+		s.mu.Unlock()
+		if ok && !s.coord.owns(e.cluster) {
+			s.state.dropResult(e.key, e.cluster)
+		}
+		return reconcile.Result{}, nil
+	}
+	e := placementEntry{key: keyOf(pl.Spec.Database), cluster: pl.Spec.Cluster, spec: pl.Spec}
+	if gone, err := s.orphan(ctx, pl, e.key); gone || err != nil {
+		return reconcile.Result{}, err
+	}
+	s.mu.Lock()
+	prev, had := s.byName[req.Name]
+	s.byName[req.Name] = e
+	s.mu.Unlock()
+	owned := s.coord.owns(e.cluster)
+	if owned && (!had || prev.spec != e.spec) {
+		s.members.AddWith(e.cluster, e.key, queue.PriorityChange, 0)
+	}
+	// The owner's own results are fresher in memory than the report it
+	// wrote; everyone else takes the report.
+	if res := resultOf(pl); res != nil && !owned {
+		switch s.state.record(e.key, e.cluster, res) {
+		case resultPhase:
+			s.databases.AddWith("", e.key, queue.PriorityStatus, statusCoalesceDelay)
+		case resultProgress:
+			s.databases.AddWith("", e.key, queue.PriorityStatus, progressCoalesceDelay)
+		}
+	}
+	return reconcile.Result{}, nil
+}
+
+func keyOf(ref fleetv1alpha1.DatabaseRef) client.ObjectKey {
+	return client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}
+}
+
+// shardHold is the result of a member whose teardown needs a final backup
+// that only the leader's in-memory plan can take: the teardown holds (data
+// safety) until the leader owns the member or the backup is skipped.
+func shardHold(cluster string) *memberResult {
+	return &memberResult{Status: deletingStatus(cluster,
+		"holding the teardown: the final backup is taken by the hub's leader replica, which does not own this member (--sharding)"),
+		At: time.Now()}
+}
+
+// setupSharding builds the shard runtime (before the controllers that use
+// it) and its placement controller.
+func (w *wiring) setupSharding() error {
+	if w.opts.shards == nil {
+		return errors.New("--sharding needs the hub's manager (NewManager) to run the sharded coordinator")
+	}
+	local := w.mgr.GetLocalManager()
+	w.shard = &shardRuntime{
+		coord: w.opts.shards, hub: local.GetClient(), namespace: w.opts.HubNamespace, reporter: w.opts.shards.self,
+		state: w.state, databases: w.dbQueue, members: w.memberQueue, byName: map[string]placementEntry{},
+		elected: func() bool {
+			select {
+			case <-local.Elected():
+				return true
+			default:
+				return false
+			}
+		},
+	}
+	w.opts.shards.mu.Lock()
+	w.opts.shards.onOwned = w.shard.owned
+	w.opts.shards.mu.Unlock()
+	return w.placementController()
+}
+
+// publishPlacements writes the plan's placements (the leader, --sharding);
+// a failed write is retried by reconciling the Database again.
+func (r *databaseReconciler) publishPlacements(ctx context.Context, key client.ObjectKey, p *plan) {
+	if err := r.shard.publish(ctx, key, p); err != nil {
+		ctrl.LoggerFrom(ctx).Info("Writing the Database's placements failed; retrying", "error", err.Error())
+		r.shard.databases.AddWith("", key, queue.PriorityStatus, placementRetry)
+	}
+}
+
+// forgetPlacements deletes the placements of a Database that is gone.
+func (r *databaseReconciler) forgetPlacements(ctx context.Context, key client.ObjectKey) {
+	if r.shard == nil {
+		return
+	}
+	if err := r.shard.forget(ctx, key); err != nil {
+		ctrl.LoggerFrom(ctx).Info("Deleting the placements of a Database that is gone failed", "error", err.Error())
+	}
+}
+
+// placementRetry is how soon a Database whose placements could not be written is reconciled again.
+const placementRetry = 2 * time.Second
+
+// shardedSync is a member sync on a sharded hub: only the member's owner
+// syncs it, on the leader's in-memory plan where this replica is the
+// leader, else on the plan the leader persisted; the result is reported on
+// the placement when it changed.
+func (r *memberSyncReconciler) shardedSync(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
+	cluster, key := string(req.ClusterName), req.NamespacedName
+	owner, ok := r.shard.coord.ownership(cluster)
+	if !ok {
+		return ctrl.Result{}, nil
+	}
+	// Losing the member cancels the sync's calls in flight.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(owner, cancel)()
+	p := r.state.plan(key)
+	if p == nil {
+		var finalBackup bool
+		if p, finalBackup = r.shard.plan(key, cluster); p == nil {
+			r.lineage.forgetDatabase(key)
+			return ctrl.Result{}, nil
+		}
+		if finalBackup && p.role(cluster) == roleTeardown {
+			// Data safety: no teardown without the final backup it asks for.
+			r.record(key, cluster, shardHold(cluster))
+			return ctrl.Result{}, r.shard.report(ctx, key, cluster, shardHold(cluster))
+		}
+		if p.role(cluster) != roleTeardown {
+			// As the leader's plan: the credentials of the hub Secret the
+			// Database controls (rendering and rotation read them).
+			creds, err := r.remoteCredentials(ctx, key, p.uid)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			p.credentials = creds
+		}
+	}
+	out := r.syncPlan(ctx, cluster, key, p)
+	if out.result != nil {
+		if err := r.shard.report(ctx, key, cluster, out.result); err != nil && out.err == nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{RequeueAfter: out.requeue}, out.err
+}
+
+// orphan deletes, on the leader, a placement whose Database is gone (a
+// deletion the leader did not see through: it was down, or another replica
+// led then).
+func (s *shardRuntime) orphan(ctx context.Context, pl *fleetv1alpha1.DatabasePlacement, key client.ObjectKey) (bool, error) {
+	if !s.elected() {
+		return false, nil
+	}
+	err := s.hub.Get(ctx, key, &fleetv1alpha1.Database{})
+	if !apierrors.IsNotFound(err) {
+		return false, err
+	}
+	return true, client.IgnoreNotFound(s.hub.Delete(ctx, pl))
+}
+
+// remoteCredentials reads the Database's hub credentials Secret for a plan
+// read from a placement: only one the Database (uid) controls.
+func (r *memberSyncReconciler) remoteCredentials(ctx context.Context, key client.ObjectKey, uid types.UID) (map[string][]byte, error) {
+	var s corev1.Secret
+	name := client.ObjectKey{Namespace: key.Namespace, Name: member.CredentialsSecretName(key.Name)}
+	err := r.hub.Get(ctx, name, &s)
+	if apierrors.IsNotFound(err) {
+		// The leader created it a moment ago; the cache may lag.
+		err = r.hubLive.Get(ctx, name, &s)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading credentials: %w", err)
+	}
+	if owner := metav1.GetControllerOf(&s); owner == nil || owner.UID != uid {
+		return nil, fmt.Errorf("credentials secret %s is not controlled by the Database yet", name.Name)
+	}
+	return s.Data, nil
+}

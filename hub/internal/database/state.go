@@ -1,0 +1,294 @@
+package database
+
+import (
+	"bytes"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/cache"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/member"
+)
+
+// memberRole says what a member sync does for one Database in one member.
+type memberRole int
+
+const (
+	// roleNone: the member has nothing to do with the Database.
+	roleNone memberRole = iota
+	// roleApply: render and apply the current generation, then observe.
+	roleApply
+	// roleHold: the rollout has not reached this member yet; observe only.
+	roleHold
+	// roleTeardown: remove the Database's objects per its deletion policy.
+	roleTeardown
+)
+
+// plan is what the Database controller decided for one Database; member
+// syncs act on it. It is replaced as a whole, never mutated after publishing.
+type plan struct {
+	uid        types.UID
+	generation int64
+	policy     fleetv1alpha1.DeletionPolicy
+	// allowed are targets that may run the current generation.
+	allowed map[string]bool
+	// targets are the placed members.
+	targets map[string]bool
+	// teardown are members to remove the Database from (dropped from
+	// placement, or all of them when the Database is deleted).
+	teardown map[string]bool
+	// traceparent of the change that produced this plan.
+	traceparent string
+	// finalBackup is the final backup the teardowns take first (nil: none).
+	finalBackup *finalBackupPlan
+	// credentials of the Database (from its hub Secret), so that member syncs
+	// need not read a Secret the hub cache may not have seen yet; nil in a
+	// deletion plan.
+	credentials map[string][]byte
+	// topology is each target's PrimaryStandby wiring (replica, peers,
+	// certificates); nil for an Independent Database.
+	topology map[string]*member.Topology
+	// roles fingerprint, per member, what its CloudNativePG Cluster is
+	// rendered with in a PrimaryStandby topology (roleKey): a member whose
+	// entry changed is woken (topology carries what it renders; both derive
+	// from the Database's stored status, see decideRole).
+	roles map[string]string
+}
+
+func (p *plan) role(cluster string) memberRole {
+	switch {
+	case p.teardown[cluster]:
+		return roleTeardown
+	case p.allowed[cluster]:
+		return roleApply
+	case p.targets[cluster]:
+		return roleHold
+	}
+	return roleNone
+}
+
+// changedMembers are the members whose work differs between prev and p:
+// every member of p for another Database, generation, deletion policy or
+// credentials (a rotation), else those whose role changed.
+func (p *plan) changedMembers(prev *plan) []string {
+	members := map[string]bool{}
+	for _, m := range []map[string]bool{p.targets, p.teardown} {
+		for name := range m {
+			members[name] = true
+		}
+	}
+	if prev == nil || prev.uid != p.uid || prev.generation != p.generation || prev.policy != p.policy ||
+		!maps.EqualFunc(prev.credentials, p.credentials, bytes.Equal) {
+		return sortedKeys(members)
+	}
+	var out []string
+	for _, name := range sortedKeys(members) {
+		if p.role(name) != prev.role(name) || p.roles[name] != prev.roles[name] ||
+			!sameTopology(p.topology[name], prev.topology[name]) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// sameTopology compares two members' wiring, certificates included.
+func sameTopology(a, b *member.Topology) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	ca, cb := a.Certificates, b.Certificates
+	return a.Self == b.Self && a.Primary == b.Primary && a.PromotionToken == b.PromotionToken &&
+		slices.Equal(a.Peers, b.Peers) &&
+		bytes.Equal(ca.CACert, cb.CACert) && bytes.Equal(ca.ServerCert, cb.ServerCert) && bytes.Equal(ca.ServerKey, cb.ServerKey) &&
+		bytes.Equal(ca.ReplicationCert, cb.ReplicationCert) && bytes.Equal(ca.ReplicationKey, cb.ReplicationKey)
+}
+
+// memberResult is what the last member sync observed for one Database in one member.
+type memberResult struct {
+	// Status is the member's entry for Database.status.clusters.
+	Status fleetv1alpha1.ClusterStatus
+	// HasWorkload is true when the member has the Database's StatefulSet.
+	HasWorkload bool
+	// TornDown is true when a teardown finished in this member.
+	TornDown bool
+	// Unreachable is true when the member could not be reached.
+	Unreachable bool
+	// Rotation is what the member sync found about a credential rotation.
+	Rotation rotationReport
+	// Restore is what the member sync found about spec.restoreFrom.
+	Restore restoreReport
+	// FinalBackup is the member's final backup before its teardown (nil: none).
+	FinalBackup *fleetv1alpha1.BackupRecord
+	// Replication is what the member's CloudNativePG Cluster says about its
+	// place in a PrimaryStandby topology; nil otherwise, and when the last
+	// sync could not observe it.
+	Replication *member.ReplicationStatus
+	// At is when the result was recorded.
+	At time.Time
+}
+
+// fresh is true for a member with nothing of the Database in it yet.
+func (r *memberResult) fresh() bool {
+	return !r.Unreachable && !r.HasWorkload && r.Status.Phase == fleetv1alpha1.ClusterPhasePending
+}
+
+// sameAs compares everything but timestamps.
+func (r *memberResult) sameAs(o *memberResult) bool {
+	if o == nil {
+		return false
+	}
+	a, b := r.Status, o.Status
+	a.LastSyncTime, b.LastSyncTime = nil, nil
+	return a == b && r.HasWorkload == o.HasWorkload && r.TornDown == o.TornDown && r.Unreachable == o.Unreachable &&
+		r.Rotation == o.Rotation && r.Restore == o.Restore && apiequality.Semantic.DeepEqual(r.FinalBackup, o.FinalBackup) &&
+		sameReplication(r.Replication, o.Replication)
+}
+
+// state is the in-memory meeting point of the two controllers.
+type state struct {
+	mu      sync.RWMutex
+	plans   map[types.NamespacedName]*plan
+	results map[types.NamespacedName]map[string]*memberResult
+	// released are Databases (by UID) whose finalizer the hub removed
+	// recently: a reconcile on a cache that still shows them does nothing.
+	released *cache.LRUExpireCache
+	// statusHeld: per Database, when a routine status was first held back
+	// since its last status write (see holdStatus).
+	statusHeld map[types.NamespacedName]time.Time
+}
+
+const (
+	// releasedMemory is how long a released Database is remembered.
+	releasedMemory = time.Minute
+	// releasedEntries bounds the released Databases remembered.
+	releasedEntries = 4096
+)
+
+func newState() *state {
+	return &state{
+		plans:      map[types.NamespacedName]*plan{},
+		results:    map[types.NamespacedName]map[string]*memberResult{},
+		released:   cache.NewLRUExpireCache(releasedEntries),
+		statusHeld: map[types.NamespacedName]time.Time{},
+	}
+}
+
+// markFinalized remembers that the finalizer of the Database uid was removed.
+func (s *state) markFinalized(uid types.UID) {
+	s.released.Add(uid, struct{}{}, releasedMemory)
+}
+
+// finalized reports whether the finalizer of the Database uid was removed recently.
+func (s *state) finalized(uid types.UID) bool {
+	_, ok := s.released.Get(uid)
+	return ok
+}
+
+func (s *state) plan(key types.NamespacedName) *plan {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.plans[key]
+}
+
+func (s *state) setPlan(key types.NamespacedName, p *plan) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.plans[key] = p
+}
+
+// resultChange is what a new member result changed.
+type resultChange int
+
+const (
+	// resultSame: nothing but timestamps.
+	resultSame resultChange = iota
+	// resultProgress: details (ready replicas, message, endpoint), or a step
+	// on the way to Ready (Pending, Provisioning).
+	resultProgress
+	// resultPhase: the member turned Ready, failed (Degraded, Conflict,
+	// Unreachable) or is being or was torn down: what users and the rollout wait for.
+	resultPhase
+)
+
+// record stores a member result and reports what it changed.
+func (s *state) record(key types.NamespacedName, cluster string, r *memberResult) resultChange {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.results[key]
+	if m == nil {
+		m = map[string]*memberResult{}
+		s.results[key] = m
+	}
+	prev := m[cluster]
+	m[cluster] = r
+	switch {
+	case r.sameAs(prev):
+		return resultSame
+	case prev != nil && prev.Status.Phase == r.Status.Phase && prev.TornDown == r.TornDown && prev.Unreachable == r.Unreachable &&
+		backupPhase(prev.FinalBackup) == backupPhase(r.FinalBackup):
+		return resultProgress
+	case r.Status.Phase == fleetv1alpha1.ClusterPhasePending || r.Status.Phase == fleetv1alpha1.ClusterPhaseProvisioning:
+		return resultProgress
+	}
+	return resultPhase
+}
+
+// resultsFor returns a copy of the results of a Database.
+func (s *state) resultsFor(key types.NamespacedName) map[string]*memberResult {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return maps.Clone(s.results[key])
+}
+
+// dropResult forgets one member's result (after its teardown was accounted for).
+func (s *state) dropResult(key types.NamespacedName, cluster string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.results[key], cluster)
+}
+
+// forget drops everything about a Database that is gone.
+func (s *state) forget(key types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.plans, key)
+	delete(s.results, key)
+	delete(s.statusHeld, key)
+}
+
+// databasesOn lists the Databases whose plan involves the cluster.
+func (s *state) databasesOn(cluster string) []types.NamespacedName {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []types.NamespacedName
+	for key, p := range s.plans {
+		if p.targets[cluster] || p.teardown[cluster] {
+			out = append(out, key)
+		}
+	}
+	return out
+}
+
+// traceparentOrEmpty is the plan's traceparent; "" for no plan.
+func (p *plan) traceparentOrEmpty() string {
+	if p == nil {
+		return ""
+	}
+	return p.traceparent
+}
+
+// PlannedOn reports the uid of the Database key's plan and whether it
+// places the Database on cluster; ok is false without a plan (the sweep's
+// view of the plans).
+func (s *state) PlannedOn(key types.NamespacedName, cluster string) (uid types.UID, placed, ok bool) {
+	p := s.plan(key)
+	if p == nil {
+		return "", false, false
+	}
+	return p.uid, p.role(cluster) != roleNone, true
+}

@@ -1,0 +1,317 @@
+package database
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/topology"
+	"github.com/fleetdb/fleetdb/member"
+)
+
+// cnpgModel plays CloudNativePG for the members of a topology: it takes
+// what decideRole renders and reports the replication status back.
+type cnpgModel struct {
+	spec       map[string]topology.RenderedRole
+	status     map[string]*member.ReplicationStatus
+	frozen     map[string]bool // writes are not taken (unreachable or hung)
+	unhealthy  map[string]bool
+	issued     map[string]bool // demotion tokens issued
+	n          int
+	maxPrimary int
+}
+
+func newModel(members ...string) *cnpgModel {
+	m := &cnpgModel{spec: map[string]topology.RenderedRole{}, status: map[string]*member.ReplicationStatus{},
+		frozen: map[string]bool{}, unhealthy: map[string]bool{}, issued: map[string]bool{}}
+	for _, name := range members {
+		m.status[name] = &member.ReplicationStatus{}
+	}
+	return m
+}
+
+// render applies the rendered roles the stored status decides.
+func (m *cnpgModel) render(db *fleetv1alpha1.Database) {
+	for name, st := range m.status {
+		if m.frozen[name] {
+			continue
+		}
+		role, ok := topology.DecideRole(db, name)
+		if !ok {
+			continue
+		}
+		prev := m.spec[name]
+		m.spec[name] = role
+		switch {
+		case prev.Primary == name && role.Primary != name:
+			m.n++
+			st.DemotionToken = fmt.Sprintf("token-%d", m.n)
+			m.issued[st.DemotionToken] = true
+		case role.Primary == name && prev.Primary != name && role.PromotionToken != "" && m.issued[role.PromotionToken]:
+			st.LastPromotionToken = role.PromotionToken
+		}
+		st.Primary = role.Primary
+		st.Healthy = !m.unhealthy[name]
+	}
+	primaries := 0
+	for name, r := range m.spec {
+		if r.Primary == name {
+			primaries++
+		}
+	}
+	m.maxPrimary = max(m.maxPrimary, primaries)
+}
+
+func (m *cnpgModel) views(at time.Time) map[string]topology.MemberView {
+	out := map[string]topology.MemberView{}
+	for name, st := range m.status {
+		if m.frozen[name] {
+			out[name] = topology.MemberView{Unreachable: true}
+			continue
+		}
+		c := *st
+		out[name] = topology.MemberView{Replication: &c, At: at, Reported: true}
+	}
+	return out
+}
+
+func psDB(primary string) *fleetv1alpha1.Database {
+	return &fleetv1alpha1.Database{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db"},
+		Spec: fleetv1alpha1.DatabaseSpec{Topology: &fleetv1alpha1.TopologySpec{
+			Mode: fleetv1alpha1.TopologyPrimaryStandby, PrimaryCluster: primary,
+			StepTimeout: &metav1.Duration{Duration: 10 * time.Second},
+		}},
+	}
+}
+
+// drive runs passes (render, observe, decide, store) for n simulated seconds.
+func drive(db *fleetv1alpha1.Database, m *cnpgModel, now *time.Time, n int) *topology.Pass {
+	var pass *topology.Pass
+	targets := map[string]bool{}
+	for name := range m.status {
+		targets[name] = true
+	}
+	for range n {
+		m.render(db)
+		*now = now.Add(time.Second)
+		pass = topology.Run(topology.Input{DB: db, Targets: targets, Views: m.views(*now), Now: *now})
+		st := pass.Status
+		db.Status.Topology = &st
+	}
+	return pass
+}
+
+func TestSwitchover(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	db, m := psDB("a"), newModel("a", "b", "c")
+	g.Expect(topology.Decided(db)).To(BeFalse(), "members wait for the stored primary")
+	pass := drive(db, m, &now, 5)
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTopologyStable))
+	g.Expect(m.spec["b"].Primary).To(Equal("a"))
+
+	db.Spec.Topology.PrimaryCluster = "b"
+	pass = drive(db, m, &now, 20)
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), pass.Msg)
+	st := db.Status.Topology
+	g.Expect(st.PrimaryCluster).To(Equal("b"))
+	g.Expect(st.Switchover).To(BeNil())
+	g.Expect(st.LastSwitchover.Outcome).To(Equal(topology.SwitchoverSucceeded))
+	g.Expect(st.LastSwitchover.DemotionToken).To(Equal(m.status["b"].LastPromotionToken))
+	for _, name := range []string{"a", "b", "c"} {
+		g.Expect(m.spec[name].Primary).To(Equal("b"), name)
+	}
+	g.Expect(m.maxPrimary).To(Equal(1), "never two members rendered primary")
+
+	// And back: a second switchover does not take a's old token.
+	db.Spec.Topology.PrimaryCluster = "a"
+	drive(db, m, &now, 20)
+	g.Expect(db.Status.Topology.PrimaryCluster).To(Equal("a"))
+	g.Expect(m.maxPrimary).To(Equal(1))
+}
+
+func TestSwitchoverTargetUnhealthy(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	db, m := psDB("a"), newModel("a", "b")
+	drive(db, m, &now, 3)
+	m.unhealthy["b"] = true
+	db.Spec.Topology.PrimaryCluster = "b"
+	pass := drive(db, m, &now, 15)
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTargetUnhealthy))
+	g.Expect(m.spec["a"].Primary).To(Equal("a"), "nothing was changed")
+	g.Expect(m.spec["b"].Primary).To(Equal("a"))
+
+	// Abort: a stays primary, Stable again.
+	db.Spec.Topology.PrimaryCluster = "a"
+	pass = drive(db, m, &now, 3)
+	g.Expect(db.Status.Topology.LastSwitchover.Outcome).To(Equal(topology.SwitchoverAborted))
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), pass.Msg)
+}
+
+func TestSwitchoverDemotionTimesOut(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	db, m := psDB("a"), newModel("a", "b")
+	drive(db, m, &now, 3)
+	db.Spec.Topology.PrimaryCluster = "b"
+	// a takes the demotion but never publishes a token.
+	drive(db, m, &now, 1)
+	for range 30 {
+		m.render(db)
+		m.status["a"].DemotionToken = ""
+		now = now.Add(time.Second)
+		pass := topology.Run(topology.Input{DB: db, Targets: map[string]bool{"a": true, "b": true}, Views: m.views(now), Now: now})
+		st := pass.Status
+		db.Status.Topology = &st
+	}
+	sw := db.Status.Topology.Switchover
+	g.Expect(sw.Outcome).To(Equal(topology.SwitchoverFailed))
+	g.Expect(sw.Step).To(Equal(fleetv1alpha1.StepWaitDemotion))
+	g.Expect(m.spec["b"].Primary).To(Equal("a"), "the target is never promoted without the token")
+	g.Expect(m.maxPrimary).To(Equal(1))
+
+	db.Spec.Topology.PrimaryCluster = "a"
+	drive(db, m, &now, 3)
+	g.Expect(m.spec["a"].Primary).To(Equal("a"), "abort before Promote puts the old primary back")
+	g.Expect(m.maxPrimary).To(Equal(1))
+}
+
+func TestForcedFailover(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	db, m := psDB("a"), newModel("a", "b", "c")
+	drive(db, m, &now, 3)
+	m.frozen["a"] = true
+	pass := drive(db, m, &now, 2)
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonPrimaryUnreachable))
+	g.Expect(db.Status.Topology.Phase).To(Equal(fleetv1alpha1.TopologyDegraded))
+
+	db.Spec.Topology.PrimaryCluster = "b"
+	db.Spec.Topology.Failover = &fleetv1alpha1.FailoverSpec{TargetCluster: "b", Reason: "a is gone"}
+	// Fenced is stored before b is rendered primary.
+	drive(db, m, &now, 1)
+	g.Expect(db.Status.Topology.Fenced).To(ConsistOf("a"))
+	g.Expect(m.spec["b"].Primary).To(Equal("a"))
+	pass = drive(db, m, &now, 15)
+	st := db.Status.Topology
+	g.Expect(st.PrimaryCluster).To(Equal("b"))
+	g.Expect(st.LastSwitchover.Kind).To(Equal(fleetv1alpha1.SwitchoverForced))
+	g.Expect(st.Fenced).To(ConsistOf("a"))
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonFenced))
+	g.Expect(topology.MemberRoleOf(st, "a")).To(Equal(fleetv1alpha1.RoleFenced))
+
+	// a comes back: its first write makes it a standby of b, then it is released.
+	m.frozen["a"] = false
+	role, _ := topology.DecideRole(db, "a")
+	g.Expect(role.Primary).To(Equal("b"))
+	pass = drive(db, m, &now, 3)
+	g.Expect(db.Status.Topology.Fenced).To(BeEmpty())
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), pass.Msg)
+	g.Expect(topology.MemberRoleOf(db.Status.Topology, "a")).To(Equal(fleetv1alpha1.RoleStandby))
+}
+
+// TestSwitchoverTrace: every step of a switchover is a span in the trace
+// whose id the status keeps, across passes (and so across hub restarts).
+func TestSwitchoverTrace(t *testing.T) {
+	g := NewWithT(t)
+	rec := tracetest.NewSpanRecorder()
+	r := &databaseReconciler{tracer: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("test")}
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	db, m := psDB("a"), newModel("a", "b")
+	targets := map[string]bool{"a": true, "b": true}
+	drive(db, m, &now, 3)
+	db.Spec.Topology.PrimaryCluster = "b"
+	for range 20 {
+		m.render(db)
+		now = now.Add(time.Second)
+		pass := topology.Run(topology.Input{DB: db, Targets: targets, Views: m.views(now), Now: now, NewTraceID: newTraceID})
+		r.switchoverSpans(context.Background(), db, pass)
+		st := pass.Status
+		db.Status.Topology = &st
+	}
+	last := db.Status.Topology.LastSwitchover
+	g.Expect(last.Outcome).To(Equal(topology.SwitchoverSucceeded))
+	g.Expect(last.TraceID).To(HaveLen(32))
+	var steps []string
+	for _, s := range rec.Ended() {
+		g.Expect(s.SpanContext().TraceID().String()).To(Equal(last.TraceID), s.Name())
+		if s.Name() == spanSwitchoverStep {
+			for _, a := range s.Attributes() {
+				if a.Key == attrSwitchoverStep {
+					steps = append(steps, a.Value.AsString())
+				}
+			}
+		}
+	}
+	g.Expect(steps).To(Equal([]string{"CheckTarget", "Demote", "WaitDemotion", "Promote", "WaitPromotion", "Repoint"}))
+	g.Expect(rec.Ended()[len(rec.Ended())-1].Name()).To(Equal(spanSwitchover))
+}
+
+// TestTopologyAfterRestart: a hub that has no report yet keeps the stored
+// summary, and a member it has not heard from is waited for at Repoint,
+// not skipped as unreachable.
+func TestTopologyAfterRestart(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	db, m := psDB("a"), newModel("a", "b", "c")
+	pass := drive(db, m, &now, 3)
+	st := fleetv1alpha1.DatabaseStatus{}
+	pass.Apply(&st)
+	db.Status.Conditions = st.Conditions
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTopologyStable))
+
+	targets := map[string]bool{"a": true, "b": true, "c": true}
+	none := map[string]topology.MemberView{}
+	restarted := topology.Run(topology.Input{DB: db, Targets: targets, Views: none, Now: now})
+	g.Expect(restarted.CondReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), "no flap after a restart")
+	g.Expect(restarted.Status.Phase).To(Equal(fleetv1alpha1.TopologyStable))
+
+	// A switchover at Repoint: c has not reported since the restart.
+	db.Spec.Topology.PrimaryCluster = "b"
+	for range 30 {
+		m.render(db)
+		now = now.Add(time.Second)
+		views := m.views(now)
+		if sw := db.Status.Topology.Switchover; sw != nil && sw.Step == fleetv1alpha1.StepRepoint {
+			delete(views, "c")
+		}
+		pass = topology.Run(topology.Input{DB: db, Targets: targets, Views: views, Now: now})
+		top := pass.Status
+		db.Status.Topology = &top
+	}
+	sw := db.Status.Topology.Switchover
+	g.Expect(sw).NotTo(BeNil())
+	g.Expect(sw.Step).To(Equal(fleetv1alpha1.StepRepoint), "c is waited for")
+}
+
+// TestSwitchoverTurnedForced: a switchover that waits for a lost primary's
+// demotion becomes a forced promotion when spec.topology.failover asks.
+func TestSwitchoverTurnedForced(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	db, m := psDB("a"), newModel("a", "b")
+	drive(db, m, &now, 3)
+	db.Spec.Topology.PrimaryCluster = "b"
+	drive(db, m, &now, 1) // CheckTarget passed: a is being demoted
+	m.frozen["a"] = true
+	drive(db, m, &now, 3)
+	g.Expect(db.Status.Topology.Switchover.Kind).To(Equal(fleetv1alpha1.SwitchoverPlanned))
+	g.Expect(m.spec["b"].Primary).To(Equal("a"))
+
+	db.Spec.Topology.Failover = &fleetv1alpha1.FailoverSpec{TargetCluster: "b"}
+	drive(db, m, &now, 10)
+	st := db.Status.Topology
+	g.Expect(st.PrimaryCluster).To(Equal("b"))
+	g.Expect(st.LastSwitchover.Kind).To(Equal(fleetv1alpha1.SwitchoverForced))
+	g.Expect(st.Fenced).To(ConsistOf("a"))
+	g.Expect(m.spec["b"].PromotionToken).To(BeEmpty(), "promoted without a token")
+}

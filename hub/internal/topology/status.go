@@ -1,0 +1,113 @@
+package topology
+
+import (
+	"maps"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
+)
+
+// summarise sets the topology phase and the TopologyStable condition.
+func (t *Pass) summarise() {
+	st, sw := &t.Status, t.Status.Switchover
+	p := st.PrimaryCluster
+	pv := t.in.Views[p]
+	set := func(phase fleetv1alpha1.TopologyPhase, reason, msg string) {
+		st.Phase, t.CondReason, t.Msg = phase, reason, msg
+		t.condStatus = metav1.ConditionFalse
+		if reason == fleetv1alpha1.ReasonTopologyStable {
+			t.condStatus = metav1.ConditionTrue
+		}
+	}
+	prev := meta.FindStatusCondition(t.in.DB.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
+	switch {
+	case sw == nil && !pv.Reported && !pv.Unreachable && prev != nil && t.in.DB.Status.Topology != nil:
+		// A hub that just started has no report of the primary yet: the
+		// stored summary stands until one arrives.
+		st.Phase, t.condStatus, t.CondReason, t.Msg = t.in.DB.Status.Topology.Phase, prev.Status, prev.Reason, prev.Message
+	case sw != nil && sw.Outcome == SwitchoverFailed && sw.Step == fleetv1alpha1.StepCheckTarget:
+		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonTargetUnhealthy, sw.Message+abortHint(sw))
+	case sw != nil && sw.Outcome == SwitchoverFailed:
+		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonSwitchoverStepTimedOut, sw.Message+abortHint(sw))
+	case sw != nil && sw.Kind == fleetv1alpha1.SwitchoverForced:
+		set(fleetv1alpha1.TopologyFailingOver, fleetv1alpha1.ReasonFailingOver, "step "+string(sw.Step)+": "+sw.Message)
+	case sw != nil && t.in.Views[sw.From].Unreachable && !reached(sw, fleetv1alpha1.StepPromote):
+		set(fleetv1alpha1.TopologySwitchingOver, fleetv1alpha1.ReasonPrimaryUnreachable, "the primary "+sw.From+" is unreachable during the switchover; "+sw.Message)
+	case sw != nil:
+		set(fleetv1alpha1.TopologySwitchingOver, fleetv1alpha1.ReasonSwitchingOver, "step "+string(sw.Step)+": "+sw.Message)
+	case pv.Unreachable:
+		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonPrimaryUnreachable, "the primary "+p+
+			" is unreachable; fleetdb does not fail over by itself: to promote a standby, set spec.topology.primaryCluster and spec.topology.failover.targetCluster to it")
+	case len(st.Fenced) > 0:
+		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonFenced, strings.Join(st.Fenced, ", ")+
+			" replaced by a forced promotion: not yet a healthy standby of "+p+" (see docs/topology.md, \"Switchover and failover\", if CloudNativePG cannot rejoin it)")
+	case pv.Replication == nil || pv.Replication.Primary != p || !pv.Replication.Healthy:
+		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonPrimaryNotReady, "waiting for "+p+"'s Cluster to be a healthy primary")
+	default:
+		if behind := t.notFollowing(); len(behind) > 0 {
+			set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonStandbyNotFollowing, "waiting for "+strings.Join(behind, ", ")+" to follow "+p)
+			return
+		}
+		set(fleetv1alpha1.TopologyStable, fleetv1alpha1.ReasonTopologyStable, p+" is the primary; every reachable standby follows it")
+	}
+}
+
+// abortHint says what a person can do about a stopped switchover.
+func abortHint(sw *fleetv1alpha1.SwitchoverStatus) string {
+	if reached(sw, fleetv1alpha1.StepPromote) {
+		return "; " + sw.To + " has its promotion: the hub waits for it (it cannot go back)"
+	}
+	return "; nothing more is changed: set spec.topology.primaryCluster back to " + sw.From + " to abort"
+}
+
+// notFollowing are the reachable standbys whose Cluster does not follow the primary.
+func (t *Pass) notFollowing() []string {
+	var out []string
+	for _, m := range slices.Sorted(maps.Keys(t.in.Targets)) {
+		v := t.in.Views[m]
+		if m == t.Status.PrimaryCluster || v.Unreachable {
+			continue
+		}
+		if v.Replication == nil || v.Replication.Primary != t.Status.PrimaryCluster {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Apply puts the topology into the status written at the end: status.topology,
+// the TopologyStable condition and each member's role.
+func (t *Pass) Apply(st *fleetv1alpha1.DatabaseStatus) {
+	top := t.Status
+	st.Topology = &top
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: fleetv1alpha1.ConditionTopologyStable, Status: t.condStatus, Reason: t.CondReason,
+		Message: statusmsg.Bound(t.Msg), ObservedGeneration: st.ObservedGeneration,
+	})
+	for i := range st.Clusters {
+		st.Clusters[i].Role = MemberRoleOf(&top, st.Clusters[i].Name)
+	}
+}
+
+// MemberRoleOf is a member's role in status.clusters.
+func MemberRoleOf(st *fleetv1alpha1.TopologyStatus, m string) fleetv1alpha1.MemberRole {
+	sw := st.Switchover
+	primary := st.PrimaryCluster
+	if sw != nil && reached(sw, fleetv1alpha1.StepRepoint) {
+		primary = sw.To
+	}
+	switch {
+	case slices.Contains(st.Fenced, m):
+		return fleetv1alpha1.RoleFenced
+	case sw != nil && (m == sw.From || m == sw.To) && reached(sw, fleetv1alpha1.StepDemote) && !reached(sw, fleetv1alpha1.StepRepoint):
+		return fleetv1alpha1.RoleSwitching
+	case m == primary:
+		return fleetv1alpha1.RolePrimary
+	}
+	return fleetv1alpha1.RoleStandby
+}

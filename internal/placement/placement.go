@@ -1,0 +1,154 @@
+// Package placement is the hub's placement of a Database over the member
+// clusters and the tenancy rule that decides which members a namespace may
+// use. It is pure (no client): the hub's Database controller and the
+// kubectl plugin's drain preview share it.
+package placement
+
+import (
+	"fmt"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+)
+
+// Result is the outcome of resolving a Database's placement.
+type Result struct {
+	// Targets are the chosen members, in deterministic order.
+	Targets []string
+	// Missing are named clusters that are not registered.
+	Missing []string
+	// Cordoned are named or selected clusters left out because they are unschedulable.
+	Cordoned []string
+	// Drained are named or selected clusters left out because they are
+	// being drained (MemberCluster spec.drain).
+	Drained []string
+	// DrainHeld are draining clusters kept because they hold the primary of
+	// a PrimaryStandby Database (a drain never drops a primary).
+	DrainHeld []string
+}
+
+// HoldsPrimary reports whether member is, or is becoming, the primary of a
+// PrimaryStandby Database: the one in the spec or the one in the status.
+func HoldsPrimary(db *fleetv1alpha1.Database, member string) bool {
+	if db.TopologyMode() != fleetv1alpha1.TopologyPrimaryStandby {
+		return false
+	}
+	if t := db.Spec.Topology; t != nil && t.PrimaryCluster == member {
+		return true
+	}
+	return db.Status.Topology != nil && db.Status.Topology.PrimaryCluster == member
+}
+
+// Resolve chooses the members of a Database: the clusters named in
+// spec.placement.clusterNames followed by the clusters its selector matches
+// (by name), capped by maxClusters. Unschedulable members get no new
+// placement but keep an existing one (current lists the members the
+// Database is placed on now). Members already placed come first when the cap
+// bites, so a new registration never moves a running Database.
+func Resolve(db *fleetv1alpha1.Database, members []fleetv1alpha1.MemberCluster, current []string) (Result, error) {
+	p := db.Spec.Placement
+	var selector labels.Selector
+	if p.ClusterSelector != nil {
+		s, err := metav1.LabelSelectorAsSelector(p.ClusterSelector)
+		if err != nil {
+			return Result{}, fmt.Errorf("spec.placement.clusterSelector: %w", err)
+		}
+		selector = s
+	}
+	c := placementChoice{db: db, current: current, byName: make(map[string]*fleetv1alpha1.MemberCluster, len(members)), seen: map[string]bool{}}
+	for i := range members {
+		if members[i].DeletionTimestamp.IsZero() {
+			c.byName[members[i].Name] = &members[i]
+		}
+	}
+	for _, name := range p.ClusterNames {
+		if c.byName[name] == nil {
+			c.res.Missing = append(c.res.Missing, name)
+			c.seen[name] = true
+			continue
+		}
+		c.add(name)
+	}
+	if selector != nil {
+		for _, name := range c.matching(selector) {
+			c.add(name)
+		}
+	}
+	c.res.Targets = capPlacement(c.candidates, p.MaxClusters, current)
+	return c.res, nil
+}
+
+// placementChoice collects a Database's candidate members in order.
+type placementChoice struct {
+	db         *fleetv1alpha1.Database
+	current    []string
+	byName     map[string]*fleetv1alpha1.MemberCluster
+	seen       map[string]bool
+	candidates []string
+	res        Result
+}
+
+// add makes a registered member a candidate once, if it is eligible.
+func (c *placementChoice) add(name string) {
+	if !c.seen[name] && c.eligible(name) {
+		c.candidates = append(c.candidates, name)
+	}
+	c.seen[name] = true
+}
+
+// eligible: draining members only keep a primary they hold; unschedulable
+// ones only keep an existing placement. What is left out is recorded.
+func (c *placementChoice) eligible(name string) bool {
+	m := c.byName[name]
+	if m == nil {
+		return false
+	}
+	placed := slices.Contains(c.current, name)
+	if m.Spec.Drain {
+		if placed && HoldsPrimary(c.db, name) {
+			c.res.DrainHeld = append(c.res.DrainHeld, name)
+			return true
+		}
+		c.res.Drained = append(c.res.Drained, name)
+		return false
+	}
+	if m.Spec.Unschedulable && !placed {
+		c.res.Cordoned = append(c.res.Cordoned, name)
+		return false
+	}
+	return true
+}
+
+// matching are the registered members the selector matches, by name.
+func (c *placementChoice) matching(selector labels.Selector) []string {
+	names := make([]string, 0, len(c.byName))
+	for name, m := range c.byName {
+		if selector.Matches(labels.Set(m.Labels)) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// capPlacement cuts candidates to maxClusters, stable under the cap:
+// members placed now first, then candidate order.
+func capPlacement(candidates []string, maxClusters *int32, current []string) []string {
+	if maxClusters == nil || len(candidates) <= int(*maxClusters) {
+		return candidates
+	}
+	slices.SortStableFunc(candidates, func(a, b string) int {
+		ca, cb := slices.Contains(current, a), slices.Contains(current, b)
+		switch {
+		case ca && !cb:
+			return -1
+		case cb && !ca:
+			return 1
+		}
+		return 0
+	})
+	return candidates[:*maxClusters]
+}
