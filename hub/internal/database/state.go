@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/cache"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -225,6 +226,7 @@ func (s *state) record(key types.NamespacedName, cluster string, r *memberResult
 		s.results[key] = m
 	}
 	prev := m[cluster]
+	redactResult(r)
 	m[cluster] = r
 	switch {
 	case r.sameAs(prev):
@@ -236,6 +238,22 @@ func (s *state) record(key types.NamespacedName, cluster string, r *memberResult
 		return resultProgress
 	}
 	return resultPhase
+}
+
+// redactResult removes member addresses from every message of a member
+// result. Every result reaches the Database's status (which its tenants read)
+// through record, so this is the one place that keeps a member's API server
+// address out of it, whichever path wrote the message (a member error is
+// often a URL of the member's API server).
+func redactResult(r *memberResult) {
+	r.Status.Message = statusmsg.RedactAddresses(r.Status.Message)
+	r.Rotation.Waiting = statusmsg.RedactAddresses(r.Rotation.Waiting)
+	r.Restore.Message = statusmsg.RedactAddresses(r.Restore.Message)
+	if r.FinalBackup != nil && r.FinalBackup.Message != "" {
+		fb := *r.FinalBackup
+		fb.Message = statusmsg.RedactAddresses(fb.Message)
+		r.FinalBackup = &fb
+	}
 }
 
 // resultsFor returns a copy of the results of a Database.
