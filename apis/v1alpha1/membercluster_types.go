@@ -175,7 +175,7 @@ type MemberClusterStatus struct {
 	ClusterID string `json:"clusterID,omitempty"`
 }
 
-// ReasonDuplicateCluster: the member's cluster is registered already under
+// ReasonDuplicateCluster means the member's cluster is registered already under
 // another MemberCluster (the same kube-system Namespace uid), which the hub
 // uses; it does not connect through this one.
 const ReasonDuplicateCluster = "DuplicateCluster"

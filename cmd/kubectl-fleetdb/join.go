@@ -513,7 +513,7 @@ func joinOwned(obj *unstructured.Unstructured) fieldSet {
 			continue
 		}
 		var fs fieldSet
-		if err := json.Unmarshal(m.FieldsV1.Raw, &fs); err == nil {
+		if err := json.Unmarshal(m.FieldsV1.GetRawBytes(), &fs); err == nil {
 			return fs
 		}
 	}

@@ -98,7 +98,7 @@ func InstallCNPGWebhookPolicy(ctx context.Context, c client.Client) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the CloudNativePG webhook policy is not enforced: a refused Cluster got %v, a valid one %v", refused, accepted)
+			return fmt.Errorf("the CloudNativePG webhook policy is not enforced: a refused Cluster got %s, a valid one %s", fmt.Sprint(refused), fmt.Sprint(accepted))
 		}
 		select {
 		case <-ctx.Done():
