@@ -82,7 +82,7 @@ func testTopologyWiring(t *testing.T, e *env) {
 	time.Sleep(3 * time.Second)
 	g.Expect(e.hubWritesIn(ns)).To(BeEmpty(), "writes at rest")
 
-	checkWiredCluster(g, e, ns, "m1", map[string]any{"self": "m1", "primary": "m1", "source": "m1"}, "initdb")
+	checkWiredCluster(g, e, ns, "m1", map[string]any{"self": "m1", "primary": "m1", "source": "m2"}, "initdb") // a primary's source names a peer (CloudNativePG's docs)
 	checkWiredCluster(g, e, ns, "m2", map[string]any{"self": "m2", "primary": "m1", "source": "m1"}, "pg_basebackup")
 	pki := checkTopologySecrets(g, e, ns)
 
