@@ -34,6 +34,7 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 		return ctrl.Result{}, nil
 	}
 	if r.holdProtected(s) {
+		r.holdTeardowns(ctx, s)
 		return ctrl.Result{}, nil // until spec.deletionProtection is false (an update wakes it)
 	}
 	s.results = r.state.resultsFor(s.key)
