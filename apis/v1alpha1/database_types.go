@@ -121,7 +121,9 @@ type DatabaseSpec struct {
 	// DeletionProtection, when true, makes the API server refuse to delete the
 	// Database (the ValidatingAdmissionPolicy fleetdb-deletion-protection in
 	// deploy/hub) and the hub refuse to tear it down. Set it to false first to
-	// delete the Database.
+	// delete the Database. The same policy refuses turning it on once the
+	// Database's deletion has begun; where the policy is absent, the hub holds
+	// every further teardown while it is true (what was removed stays removed).
 	// +optional
 	DeletionProtection bool `json:"deletionProtection,omitempty"`
 
