@@ -14,9 +14,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -358,19 +356,6 @@ func HasWorkload(ctx context.Context, c client.Reader, o Owner) (bool, error) {
 	if len(sts) > 0 {
 		return true, nil
 	}
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(CNPGClusterGVK.GroupVersion().WithKind("ClusterList"))
-	err = c.List(ctx, list, client.InNamespace(o.Namespace), client.MatchingLabelsSelector{Selector: SelectorFor(o.Namespace, o.Name)})
-	if noKindServed(err) || apierrors.IsForbidden(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("listing Clusters: %w", err)
-	}
-	for i := range list.Items {
-		if o.owns(&list.Items[i]) {
-			return true, nil
-		}
-	}
-	return false, nil
+	clusters, err := listManagedClusters(ctx, c, o)
+	return len(clusters) > 0, err
 }

@@ -16,9 +16,11 @@ import (
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 )
 
-// teardownCNPG removes or releases the CloudNativePG Clusters labelled for
-// the hub Database namespace/name; done once none is left (or, for Orphan,
-// once they are released). A member that serves no Cluster API has none.
+// teardownCNPG removes or releases the CloudNativePG Clusters of the Owner
+// o (labelled for the hub Database namespace/name and o's, see Owner: never
+// another hub's, never an earlier Database's of the same name written before
+// hub identities); done once none is left (or, for Orphan, once they are
+// released). A member that serves no Cluster API has none.
 //
 //   - Delete deletes the Cluster; CloudNativePG's owner references take its
 //     pods, Services and volume claims with it (the garbage collector's work:
@@ -31,22 +33,14 @@ import (
 //     CloudNativePG's restore of a deleted Cluster from orphan volume claims.
 //   - Orphan strips fleetdb's labels from the Cluster: it keeps running,
 //     no longer fleetdb's.
-func teardownCNPG(ctx context.Context, c client.Client, namespace, name string, policy fleetv1alpha1.DeletionPolicy, memo *Memo) (bool, error) {
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(CNPGClusterGVK.GroupVersion().WithKind("ClusterList"))
-	err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: SelectorFor(namespace, name)})
-	if noKindServed(err) || apierrors.IsForbidden(err) {
-		// No Cluster API, or an identity that may not see Clusters (a member
-		// joined before the backend existed): fleetdb cannot have made any.
-		return true, nil
-	}
+func teardownCNPG(ctx context.Context, c client.Client, o Owner, policy fleetv1alpha1.DeletionPolicy, memo *Memo) (bool, error) {
+	clusters, err := listManagedClusters(ctx, c, o)
 	if err != nil {
-		return false, fmt.Errorf("listing Clusters: %w", err)
+		return false, err
 	}
 	var errs *multierror.Error
 	done := true
-	for i := range list.Items {
-		u := &list.Items[i]
+	for _, u := range clusters {
 		gone, err := teardownOneCNPG(ctx, c, u, policy, memo)
 		if err != nil {
 			errs = multierror.Append(errs, fmt.Errorf("the Cluster %s/%s: %w", u.GetNamespace(), u.GetName(), err))
@@ -54,6 +48,31 @@ func teardownCNPG(ctx context.Context, c client.Client, namespace, name string, 
 		done = done && gone && err == nil
 	}
 	return done, errs.ErrorOrNil()
+}
+
+// listManagedClusters lists the CloudNativePG Clusters labelled for the
+// Database o names that are o's (see Owner), as listManaged does for the
+// other kinds: the teardown and the final backup's "is there a workload"
+// (HasWorkload) see the same Clusters. A member that serves no Cluster API,
+// or an identity that may not see Clusters (a member joined before the
+// backend existed), has none: fleetdb cannot have made any.
+func listManagedClusters(ctx context.Context, c client.Reader, o Owner) ([]*unstructured.Unstructured, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(CNPGClusterGVK.GroupVersion().WithKind("ClusterList"))
+	err := c.List(ctx, list, client.InNamespace(o.Namespace), client.MatchingLabelsSelector{Selector: SelectorFor(o.Namespace, o.Name)})
+	if noKindServed(err) || apierrors.IsForbidden(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing Clusters: %w", err)
+	}
+	var out []*unstructured.Unstructured
+	for i := range list.Items {
+		if o.owns(&list.Items[i]) {
+			out = append(out, &list.Items[i])
+		}
+	}
+	return out, nil
 }
 
 // teardownOneCNPG takes one step of the policy for one Cluster; gone reports

@@ -84,7 +84,7 @@ func Teardown(ctx context.Context, c client.Client, o Owner, policy fleetv1alpha
 		},
 		func() error { rotating, rotErr = inRotation(ctx, c, o); return nil },
 		// A CloudNativePG Cluster goes (or is released) before what it uses.
-		func() error { cnpgDone, cnpgErr = teardownCNPG(ctx, c, namespace, name, policy, memo); return nil },
+		func() error { cnpgDone, cnpgErr = teardownCNPG(ctx, c, o, policy, memo); return nil },
 	})
 	if err := errors.Join(wlErr, rotErr, cnpgErr); err != nil {
 		return fail(err)

@@ -278,6 +278,12 @@ const (
 	// nothing is deleted there until a retry succeeds or
 	// spec.backup.finalBackup is set to BestEffort or Skip.
 	ReasonFinalBackupFailed = "FinalBackupFailed"
+	// ReasonFinalBackupNoWorkload: a member's Required final backup cannot
+	// be taken: the Database's workload (StatefulSet or CloudNativePG
+	// Cluster) is gone there but its data volume claims are not; nothing is
+	// deleted there until the workload is back (the backup then runs) or
+	// spec.backup.finalBackup is set to BestEffort or Skip.
+	ReasonFinalBackupNoWorkload = "FinalBackupNoWorkload"
 	// ReasonFinalBackupsTaken: every member's final backup succeeded or was
 	// skipped (BestEffort failures and unreachable members are in
 	// status.finalBackups).

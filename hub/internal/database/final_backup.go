@@ -125,10 +125,12 @@ func setFinalBackupCondition(st *fleetv1alpha1.DatabaseStatus, db *fleetv1alpha1
 		meta.RemoveStatusCondition(&st.Conditions, fleetv1alpha1.ConditionFinalBackup)
 		return
 	}
-	var failed, running, ok, skipped, bestEffort []string
+	var failed, held, running, ok, skipped, bestEffort []string
 	firstFailure := ""
 	for _, rec := range st.FinalBackups {
 		switch {
+		case heldForClaims(rec) && policy == fleetv1alpha1.FinalBackupRequired && teardown[rec.Cluster]:
+			held = append(held, rec.Cluster)
 		case rec.Phase == fleetv1alpha1.BackupPhaseFailed && policy == fleetv1alpha1.FinalBackupRequired && teardown[rec.Cluster]:
 			failed = append(failed, rec.Cluster)
 			if firstFailure == "" {
@@ -149,6 +151,11 @@ func setFinalBackupCondition(st *fleetv1alpha1.DatabaseStatus, db *fleetv1alpha1
 		setCondition(st, fleetv1alpha1.ConditionFinalBackup, metav1.ConditionFalse, fleetv1alpha1.ReasonFinalBackupFailed, fmt.Sprintf(
 			"the Required final backup failed in %s (%s); nothing is deleted there until a retry succeeds, or set spec.backup.finalBackup to BestEffort or Skip",
 			names(failed), firstFailure))
+	case len(held) > 0:
+		setCondition(st, fleetv1alpha1.ConditionFinalBackup, metav1.ConditionFalse, fleetv1alpha1.ReasonFinalBackupNoWorkload, fmt.Sprintf(
+			"the Required final backup cannot be taken in %s: the Database's workload is gone there but its data volume claims remain; "+
+				"nothing is deleted there until the workload is back (the backup then runs), or set spec.backup.finalBackup to BestEffort or Skip to let the claims go",
+			names(held)))
 	case len(running) > 0 || (policy != fleetv1alpha1.FinalBackupSkip && len(missingRecords(st.FinalBackups, teardown)) > 0):
 		setCondition(st, fleetv1alpha1.ConditionFinalBackup, metav1.ConditionFalse, fleetv1alpha1.ReasonFinalBackupRunning,
 			"final backups running or waiting in: "+names(append(running, missingRecords(st.FinalBackups, teardown)...)))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -87,9 +88,23 @@ func (r *memberSyncReconciler) finalBackup(ctx context.Context, c client.Client,
 	if prev != nil && (prev.Phase == fleetv1alpha1.BackupPhaseSucceeded || prev.Phase == fleetv1alpha1.BackupPhaseSkipped) {
 		return finalBackupStep{record: prev}, nil // taken (or nothing to take) before; its Job is gone
 	}
-	has, err := member.HasWorkload(ctx, c, member.Owner{Namespace: fb.db.Namespace, Name: fb.db.Name, UID: fb.db.UID, HubID: r.opts.HubID})
+	owner := member.Owner{Namespace: fb.db.Namespace, Name: fb.db.Name, UID: fb.db.UID, HubID: r.opts.HubID}
+	has, err := member.HasWorkload(ctx, c, owner)
 	if err != nil {
 		return finalBackupStep{}, err
+	}
+	if !has && fb.policy == fleetv1alpha1.FinalBackupRequired {
+		// No workload to back up from, but its data may still be there: a
+		// Required backup is never skipped while data volume claims are.
+		claims, err := member.DataClaims(ctx, live, owner)
+		if err != nil {
+			return finalBackupStep{}, err
+		}
+		if len(claims) > 0 {
+			msg := noWorkloadMessage(claims)
+			return finalBackupStep{record: &fleetv1alpha1.BackupRecord{Cluster: cluster, Phase: fleetv1alpha1.BackupPhasePending, Message: msg},
+				hold: true, waiting: msg, requeue: finalBackupPollMax}, nil
+		}
 	}
 	if !has {
 		return finalBackupStep{record: &fleetv1alpha1.BackupRecord{Cluster: cluster, Phase: fleetv1alpha1.BackupPhaseSkipped,
@@ -292,4 +307,27 @@ func backupRecordFor(records []fleetv1alpha1.BackupRecord, cluster string) *flee
 		}
 	}
 	return nil
+}
+
+// noWorkloadPrefix starts the record of a member whose Required final
+// backup holds its teardown: no workload to back up from, data claims left.
+const noWorkloadPrefix = "no workload to back up from, but data volume claims remain: "
+
+// noWorkloadMessage says which claims hold the teardown and what the user can do.
+func noWorkloadMessage(claims []string) string {
+	shown := claims
+	if len(shown) > 3 {
+		shown = shown[:3]
+	}
+	more := ""
+	if n := len(claims) - len(shown); n > 0 {
+		more = fmt.Sprintf(" and %d more", n)
+	}
+	return statusmsg.Truncate(noWorkloadPrefix+strings.Join(shown, ", ")+more+
+		"; nothing is deleted here until the workload is back (the final backup then runs) or spec.backup.finalBackup is BestEffort or Skip", backupMessageMax)
+}
+
+// heldForClaims: rec is a member's record of a Required final backup held by noWorkloadMessage.
+func heldForClaims(rec fleetv1alpha1.BackupRecord) bool {
+	return rec.Phase == fleetv1alpha1.BackupPhasePending && strings.HasPrefix(rec.Message, noWorkloadPrefix)
 }
