@@ -117,14 +117,10 @@ type connectResult struct {
 	clusterID string
 }
 
-// connect makes one bounded attempt to connect to the member of r and engage
-// it, then records the outcome and asks for a status pass. It runs in its own
-// goroutine so that no member waits for another.
-func (p *Provider) connect(name string, r *run) {
-	log := ctrl.LoggerFrom(r.ctx)
-	// The cluster lives in attemptCtx if this attempt wins; r.cancel ends it
-	// with the run, clCancel alone when the cluster dies under us.
-	attemptCtx, attemptCancel := context.WithCancel(r.ctx)
+// attempt runs one bounded dial of the member of r in attemptCtx and returns
+// its result; attemptCancel is called when the attempt failed or the run
+// ended (the cluster lives on in attemptCtx only when it won).
+func (p *Provider) attempt(attemptCtx context.Context, attemptCancel context.CancelFunc, name string, r *run) connectResult {
 	results := make(chan connectResult, 1)
 	go func() { results <- p.dial(attemptCtx, attemptCancel, name, r) }()
 
@@ -149,6 +145,44 @@ func (p *Provider) connect(name string, r *run) {
 	if res.err != nil || r.ctx.Err() != nil {
 		attemptCancel()
 	}
+	return res
+}
+
+// settleIdentity records the cluster identity an attempt read for member m
+// of run r, and checks, under p.mu (the lock engaging is decided under, so two
+// registrations connecting at once cannot both engage), that m is the first
+// registration of that cluster: a later one's attempt fails (res.err) and is
+// cancelled. It returns the identity m had before when it changed (movedFrom)
+// and the later registrations to evict when m is the first.
+func (p *Provider) settleIdentity(m *member, r *run, res *connectResult, attemptCancel context.CancelFunc) (movedFrom string, evict []*member) {
+	if res.clusterID != "" {
+		if old := m.identity(); old != "" && old != res.clusterID {
+			movedFrom = old
+		}
+		r.clusterID, m.recordedID = res.clusterID, res.clusterID
+	}
+	if res.err != nil {
+		return movedFrom, nil
+	}
+	first, losers := p.sameCluster(m, res.clusterID)
+	if first != m {
+		f := duplicateFailure(res.clusterID, first.name)
+		res.err = &f
+		attemptCancel()
+		return movedFrom, nil
+	}
+	return movedFrom, losers
+}
+
+// connect makes one bounded attempt to connect to the member of r and engage
+// it, then records the outcome and asks for a status pass. It runs in its own
+// goroutine so that no member waits for another.
+func (p *Provider) connect(name string, r *run) {
+	log := ctrl.LoggerFrom(r.ctx)
+	// The cluster lives in attemptCtx if this attempt wins; r.cancel ends it
+	// with the run, clCancel alone when the cluster dies under us.
+	attemptCtx, attemptCancel := context.WithCancel(r.ctx)
+	res := p.attempt(attemptCtx, attemptCancel, name, r)
 
 	now := time.Now()
 	p.mu.Lock()
@@ -160,27 +194,7 @@ func (p *Provider) connect(name string, r *run) {
 		attemptCancel()
 		return
 	}
-	var movedFrom string // the identity m had before, when it changed
-	if res.clusterID != "" {
-		if old := m.identity(); old != "" && old != res.clusterID {
-			movedFrom = old
-		}
-		r.clusterID, m.recordedID = res.clusterID, res.clusterID
-	}
-	// One cluster, one writer: checked again under the lock that engaging
-	// is decided under, so two registrations connecting at once cannot
-	// both engage.
-	var evict []*member
-	if res.err == nil {
-		first, losers := p.sameCluster(m, res.clusterID)
-		if first != m {
-			f := duplicateFailure(res.clusterID, first.name)
-			res.err = &f
-			attemptCancel()
-		} else {
-			evict = losers
-		}
-	}
+	movedFrom, evict := p.settleIdentity(m, r, &res, attemptCancel)
 	if res.err != nil {
 		r.connectErr = res.err
 		r.attempts++
