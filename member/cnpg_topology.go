@@ -232,7 +232,32 @@ func ReadReplicationStatus(u *unstructured.Unstructured) ReplicationStatus {
 	rs.DemotionToken, _, _ = unstructured.NestedString(u.Object, "status", "demotionToken")
 	rs.LastPromotionToken, _, _ = unstructured.NestedString(u.Object, "status", "lastPromotionToken")
 	rs.SwitchInProgress, _, _ = unstructured.NestedBool(u.Object, "status", "switchReplicaClusterStatus", "inProgress")
+	rs.SystemID, _, _ = unstructured.NestedString(u.Object, "status", "systemID")
+	reported, _, _ := unstructured.NestedMap(u.Object, "status", "instancesReportedState")
+	for pod, v := range reported {
+		state, ok := v.(map[string]any)
+		if !ok {
+			continue
+		}
+		if primary, _ := state["isPrimary"].(bool); primary {
+			rs.RunsPrimary = true
+		}
+		if pod == s.currentPrimary {
+			rs.TimelineID = reportedTimeline(state["timeLineID"])
+		}
+	}
 	return rs
+}
+
+// reportedTimeline reads an instance's timeLineID (an integer in JSON).
+func reportedTimeline(v any) int64 {
+	switch n := v.(type) {
+	case int64:
+		return n
+	case float64:
+		return int64(n)
+	}
+	return 0
 }
 
 // cnpgRole is the member's role from its Cluster's spec.replica: Primary

@@ -67,4 +67,43 @@ type ReplicationStatus struct {
 	Healthy bool
 	// CurrentPrimary is status.currentPrimary (the instance).
 	CurrentPrimary string
+	// RunsPrimary: an instance reports itself a primary (not in recovery):
+	// status.instancesReportedState[*].isPrimary, which CloudNativePG fills
+	// from every instance's pg_is_in_recovery() at each reconcile
+	// (updateClusterStatusThatRequiresInstancesState in
+	// internal/controller/cluster_status.go, GetStatus in
+	// pkg/management/postgres/probes.go, v1.30.0). A designated primary of a
+	// replica cluster is in recovery: false once a demotion finished.
+	RunsPrimary bool
+	// SystemID is status.systemID: the PostgreSQL system identifier every
+	// reporting instance agrees on, "" when they do not or none reported
+	// (same file, v1.30.0). A standby cloned with pg_basebackup has its
+	// primary's.
+	SystemID string
+	// TimelineID is the timeline the Cluster's current (or designated)
+	// primary instance reports, status.instancesReportedState[currentPrimary].timeLineID
+	// (pg_control_checkpoint()'s timeline_id, fillStatusFromPrimary and
+	// fillStatusFromReplica in pkg/management/postgres/probes.go, v1.30.0);
+	// 0 when it has not reported. Not status.timelineID: CloudNativePG
+	// updates that one only from an instance that is a primary, so on a
+	// replica cluster it keeps the value from before a demotion.
+	TimelineID int64
+}
+
+// StreamsFrom reports whether the Cluster that reported r can be streaming
+// from the one that reported primary: both report the same system
+// identifier and the same timeline. CloudNativePG's Cluster status does not
+// say whether the WAL receiver is connected (isWalReceiverActive is only in
+// the instance status endpoint, pkg/postgres/status.go, v1.30.0): a standby
+// on the primary's timeline whose receiver is down passes this check; one
+// left on an older timeline (a former primary that diverged: CloudNativePG
+// demotes without pg_rewind) or cloned from another system does not.
+// A standby reports the timeline of its last restartpoint, so after a
+// promotion it may report the older one for up to a checkpoint_timeout:
+// a check that fails waits, it never acts.
+func (r *ReplicationStatus) StreamsFrom(primary *ReplicationStatus) bool {
+	if r == nil || primary == nil {
+		return false
+	}
+	return r.SystemID != "" && r.SystemID == primary.SystemID && r.TimelineID != 0 && r.TimelineID == primary.TimelineID
 }

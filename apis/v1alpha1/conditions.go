@@ -324,8 +324,15 @@ const (
 	// of the primary within spec.topology.stepTimeout; nothing was changed.
 	ReasonTargetUnhealthy = "TargetUnhealthy"
 	// ReasonFenced: an old primary replaced by a forced promotion has not yet
-	// come back as a healthy standby of the new primary.
+	// come back as a healthy standby of the new primary that streams from it
+	// (same system identifier and timeline); the message names it and what
+	// to do when it cannot.
 	ReasonFenced = "Fenced"
+	// ReasonSwitchoverRefused: a switchover or forced promotion was stopped
+	// before anything was promoted because the hub replica that runs the
+	// Database (the leader, --sharding) does not own every member it
+	// involves; nothing more is changed.
+	ReasonSwitchoverRefused = "SwitchoverRefused"
 	// ReasonSwitchoverAborted (Event): spec.topology.primaryCluster was set
 	// back before the promotion; the old primary stays primary.
 	ReasonSwitchoverAborted = "SwitchoverAborted"

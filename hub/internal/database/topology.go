@@ -58,6 +58,11 @@ func (r *databaseReconciler) reconcileTopology(ctx context.Context, s *databaseS
 	if r.tracer != nil {
 		in.NewTraceID = newTraceID
 	}
+	if r.shard != nil {
+		// The leader runs this pass; it decides on reports only the
+		// owner of a member has (docs/sharding.md).
+		in.Owns = r.shard.coord.owns
+	}
 	pass := topology.Run(in)
 	s.topologyPass = pass
 	for _, e := range pass.Events {

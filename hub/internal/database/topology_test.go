@@ -3,6 +3,8 @@ package database
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,30 +19,51 @@ import (
 )
 
 // cnpgModel plays CloudNativePG for the members of a topology: it takes
-// what decideRole renders and reports the replication status back.
+// what decideRole renders and reports the replication status back. Every
+// member reports one system identifier; a promotion starts a timeline
+// above every member's, a standby follows its primary's timeline, and a
+// member that still ran a primary when another was promoted without a token
+// diverged: it keeps its timeline for ever (no pg_rewind).
 type cnpgModel struct {
 	spec       map[string]topology.RenderedRole
 	status     map[string]*member.ReplicationStatus
-	frozen     map[string]bool // writes are not taken (unreachable or hung)
+	frozen     map[string]bool // unreachable: writes not taken, nothing reported
+	hung       map[string]bool // reachable, but writes are not taken
 	unhealthy  map[string]bool
+	diverged   map[string]bool
 	issued     map[string]bool // demotion tokens issued
+	owns       func(string) bool
 	n          int
 	maxPrimary int
 }
 
 func newModel(members ...string) *cnpgModel {
 	m := &cnpgModel{spec: map[string]topology.RenderedRole{}, status: map[string]*member.ReplicationStatus{},
-		frozen: map[string]bool{}, unhealthy: map[string]bool{}, issued: map[string]bool{}}
+		frozen: map[string]bool{}, hung: map[string]bool{}, unhealthy: map[string]bool{}, diverged: map[string]bool{}, issued: map[string]bool{}}
 	for _, name := range members {
-		m.status[name] = &member.ReplicationStatus{}
+		m.status[name] = &member.ReplicationStatus{SystemID: "7400000000000000001", TimelineID: 1}
 	}
 	return m
 }
 
+// promoted starts a new timeline on name; a forced promotion diverges every
+// other member still running a primary.
+func (m *cnpgModel) promoted(name string, forced bool) {
+	tl := int64(0)
+	for other, st := range m.status {
+		tl = max(tl, st.TimelineID)
+		if forced && other != name && st.RunsPrimary {
+			m.diverged[other] = true
+		}
+	}
+	m.status[name].TimelineID = tl + 1
+}
+
 // render applies the rendered roles the stored status decides.
 func (m *cnpgModel) render(db *fleetv1alpha1.Database) {
-	for name, st := range m.status {
-		if m.frozen[name] {
+	for _, name := range slices.Sorted(maps.Keys(m.status)) {
+		st := m.status[name]
+		if m.frozen[name] || m.hung[name] {
 			continue
 		}
 		role, ok := topology.DecideRole(db, name)
@@ -54,11 +77,20 @@ func (m *cnpgModel) render(db *fleetv1alpha1.Database) {
 			m.n++
 			st.DemotionToken = fmt.Sprintf("token-%d", m.n)
 			m.issued[st.DemotionToken] = true
-		case role.Primary == name && prev.Primary != name && role.PromotionToken != "" && m.issued[role.PromotionToken]:
+		case role.Primary == name && prev.Primary != name && prev.Primary != "" && role.PromotionToken != "" && m.issued[role.PromotionToken]:
 			st.LastPromotionToken = role.PromotionToken
+			m.promoted(name, false)
+		case role.Primary == name && prev.Primary != name && prev.Primary != "" && role.PromotionToken == "":
+			m.promoted(name, true)
 		}
 		st.Primary = role.Primary
+		st.RunsPrimary = role.Primary == name
 		st.Healthy = !m.unhealthy[name]
+	}
+	for name, st := range m.status {
+		if p := m.status[st.Primary]; !st.RunsPrimary && !m.diverged[name] && p != nil && p.TimelineID > st.TimelineID {
+			st.TimelineID = p.TimelineID
+		}
 	}
 	primaries := 0
 	for name, r := range m.spec {
@@ -102,7 +134,7 @@ func drive(db *fleetv1alpha1.Database, m *cnpgModel, now *time.Time, n int) *top
 	for range n {
 		m.render(db)
 		*now = now.Add(time.Second)
-		pass = topology.Run(topology.Input{DB: db, Targets: targets, Views: m.views(*now), Now: *now})
+		pass = topology.Run(topology.Input{DB: db, Targets: targets, Views: m.views(*now), Now: *now, Owns: m.owns})
 		st := pass.Status
 		db.Status.Topology = &st
 	}
@@ -209,14 +241,88 @@ func TestForcedFailover(t *testing.T) {
 	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonFenced))
 	g.Expect(topology.MemberRoleOf(st, "a")).To(Equal(fleetv1alpha1.RoleFenced))
 
-	// a comes back: its first write makes it a standby of b, then it is released.
+	// a comes back: its first write makes it a standby of b. It ran a
+	// primary when b was promoted: it cannot follow b's timeline and stays
+	// fenced, and the condition says what to do.
 	m.frozen["a"] = false
 	role, _ := topology.DecideRole(db, "a")
 	g.Expect(role.Primary).To(Equal("b"))
 	pass = drive(db, m, &now, 3)
+	g.Expect(db.Status.Topology.Fenced).To(ConsistOf("a"))
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonFenced), pass.Msg)
+	g.Expect(pass.Msg).To(And(ContainSubstring("a does not stream from b"), ContainSubstring("timeline 1"), ContainSubstring("delete its CloudNativePG Cluster in a")))
+
+	// Rebuilt (its Cluster deleted and cloned from b): released.
+	m.diverged["a"] = false
+	pass = drive(db, m, &now, 3)
 	g.Expect(db.Status.Topology.Fenced).To(BeEmpty())
 	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), pass.Msg)
 	g.Expect(topology.MemberRoleOf(db.Status.Topology, "a")).To(Equal(fleetv1alpha1.RoleStandby))
+}
+
+// TestForcedFailoverReachable: a forced promotion whose old primary is
+// reachable demotes it and sees it demoted before the target is promoted.
+func TestForcedFailoverReachable(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	db, m := psDB("a"), newModel("a", "b", "c")
+	drive(db, m, &now, 3)
+	m.hung["a"] = true // reachable, its writes do not land
+	db.Spec.Topology.PrimaryCluster = "b"
+	db.Spec.Topology.Failover = &fleetv1alpha1.FailoverSpec{TargetCluster: "b", Reason: "b now"}
+	pass := drive(db, m, &now, 5)
+	g.Expect(db.Status.Topology.Switchover.Step).To(Equal(fleetv1alpha1.StepFence))
+	g.Expect(pass.Msg).To(ContainSubstring("a is reachable"))
+	g.Expect(m.spec["b"].Primary).To(Equal("a"), "not promoted while a may still be primary")
+
+	m.hung["a"] = false
+	pass = drive(db, m, &now, 10)
+	st := db.Status.Topology
+	g.Expect(st.PrimaryCluster).To(Equal("b"))
+	g.Expect(st.LastSwitchover.Kind).To(Equal(fleetv1alpha1.SwitchoverForced))
+	g.Expect(m.maxPrimary).To(Equal(1), "never two members rendered primary")
+	g.Expect(m.diverged["a"]).To(BeFalse())
+	g.Expect(st.Fenced).To(BeEmpty(), "a was demoted first: it follows b")
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), pass.Msg)
+}
+
+// TestSwitchoverTargetNotStreaming: a healthy target from another system
+// (or timeline) than the primary's is never promoted.
+func TestSwitchoverTargetNotStreaming(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	db, m := psDB("a"), newModel("a", "b")
+	drive(db, m, &now, 3)
+	m.status["b"].SystemID = "7400000000000000002"
+	db.Spec.Topology.PrimaryCluster = "b"
+	pass := drive(db, m, &now, 15)
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTargetUnhealthy))
+	g.Expect(pass.Msg).To(ContainSubstring("b to stream from a: b reports system identifier 7400000000000000002"))
+	g.Expect(m.spec["a"].Primary).To(Equal("a"), "nothing was changed")
+	g.Expect(m.spec["b"].Primary).To(Equal("a"))
+}
+
+// TestSwitchoverRefusedNotOwned: under --sharding, a switchover or forced
+// promotion that involves a member this replica does not own is refused
+// before anything changes.
+func TestSwitchoverRefusedNotOwned(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	db, m := psDB("a"), newModel("a", "b", "c")
+	drive(db, m, &now, 3)
+	m.owns = func(name string) bool { return name != "c" }
+	db.Spec.Topology.PrimaryCluster = "b"
+	db.Spec.Topology.Failover = &fleetv1alpha1.FailoverSpec{TargetCluster: "b"}
+	pass := drive(db, m, &now, 3)
+	sw := db.Status.Topology.Switchover
+	g.Expect(sw.Outcome).To(Equal(topology.SwitchoverFailed))
+	g.Expect(sw.Step).To(Equal(fleetv1alpha1.StepCheckTarget))
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonSwitchoverRefused))
+	g.Expect(pass.Msg).To(ContainSubstring("does not own c"))
+	g.Expect(db.Status.Topology.Fenced).To(BeEmpty(), "nothing fenced")
+	for _, name := range []string{"a", "b", "c"} {
+		g.Expect(m.spec[name].Primary).To(Equal("a"), name)
+	}
 }
 
 // TestSwitchoverTrace: every step of a switchover is a span in the trace

@@ -30,6 +30,8 @@ func (t *Pass) summarise() {
 		// A hub that just started has no report of the primary yet: the
 		// stored summary stands until one arrives.
 		st.Phase, t.condStatus, t.CondReason, t.Msg = t.in.DB.Status.Topology.Phase, prev.Status, prev.Reason, prev.Message
+	case sw != nil && sw.Outcome == SwitchoverFailed && !reached(sw, fleetv1alpha1.StepPromote) && len(t.foreign()) > 0:
+		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonSwitchoverRefused, sw.Message+abortHint(sw))
 	case sw != nil && sw.Outcome == SwitchoverFailed && sw.Step == fleetv1alpha1.StepCheckTarget:
 		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonTargetUnhealthy, sw.Message+abortHint(sw))
 	case sw != nil && sw.Outcome == SwitchoverFailed:
@@ -44,8 +46,7 @@ func (t *Pass) summarise() {
 		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonPrimaryUnreachable, "the primary "+p+
 			" is unreachable; fleetdb does not fail over by itself: to promote a standby, set spec.topology.primaryCluster and spec.topology.failover.targetCluster to it")
 	case len(st.Fenced) > 0:
-		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonFenced, strings.Join(st.Fenced, ", ")+
-			" replaced by a forced promotion: not yet a healthy standby of "+p+" (see docs/topology.md, \"Switchover and failover\", if CloudNativePG cannot rejoin it)")
+		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonFenced, t.fencedMessage())
 	case pv.Replication == nil || pv.Replication.Primary != p || !pv.Replication.Healthy:
 		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonPrimaryNotReady, "waiting for "+p+"'s Cluster to be a healthy primary")
 	default:
@@ -55,6 +56,35 @@ func (t *Pass) summarise() {
 		}
 		set(fleetv1alpha1.TopologyStable, fleetv1alpha1.ReasonTopologyStable, p+" is the primary; every reachable standby follows it")
 	}
+}
+
+// fencedMessage names each fenced member, why it is still fenced and, for
+// one that reports healthy but does not stream from the primary, what the
+// operator must do: CloudNativePG demotes a former primary without
+// pg_rewind (verifyPgDataCoherenceForPrimary in
+// internal/management/controller/instance_startup.go, v1.30.0: an old
+// primary inside a replica cluster is demoted at once, only the in-cluster
+// failover path runs pg_rewind), so one whose timeline went past the new
+// primary's never follows it by itself.
+func (t *Pass) fencedMessage() string {
+	p := t.Status.PrimaryCluster
+	pr := t.in.Views[p].Replication
+	var parts []string
+	for _, m := range t.Status.Fenced {
+		v := t.in.Views[m]
+		switch {
+		case v.Unreachable:
+			parts = append(parts, m+" is unreachable: it is written as a standby of "+p+" when it is back")
+		case v.Replication == nil || v.Replication.Primary != p || !v.Replication.Healthy || pr == nil:
+			parts = append(parts, m+" is not yet a healthy standby of "+p)
+		default:
+			parts = append(parts, m+" does not stream from "+p+" ("+streamGap(m, v.Replication, p, pr)+
+				"); if that lasts, it diverged: a former primary whose timeline went past "+p+"'s cannot follow it (CloudNativePG demotes without pg_rewind), "+
+				"so it stays fenced; to rebuild it, save what you need from its volumes, then delete its CloudNativePG Cluster in "+m+
+				" (its volume claims go with it): the hub re-creates it as a standby cloned from "+p+" (docs/topology.md, \"Switchover and failover\")")
+		}
+	}
+	return "replaced by a forced promotion: " + strings.Join(parts, "; ")
 }
 
 // abortHint says what a person can do about a stopped switchover.

@@ -112,9 +112,7 @@ func (t *Pass) stepDone(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
 		sw.DemotionToken = fromAny.DemotionToken
 		return true, ""
 	case fleetv1alpha1.StepFence:
-		// Fenced once the status that records it is stored.
-		prev := t.in.DB.Status.Topology
-		return prev != nil && slices.Contains(prev.Fenced, sw.From) && prev.Switchover != nil && prev.Switchover.Step == fleetv1alpha1.StepFence, "recording " + sw.From + " as fenced"
+		return t.fenced(sw)
 	case fleetv1alpha1.StepPromote:
 		return to != nil && to.Primary == sw.To, "waiting for " + sw.To + "'s Cluster to be written as the primary"
 	case fleetv1alpha1.StepWaitPromotion:
@@ -136,8 +134,54 @@ func (t *Pass) checkTarget(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
 		return false, "waiting for a report of the primary " + sw.From + " (a switchover needs it reachable; to promote without it, set spec.topology.failover)"
 	case to == nil || !to.Healthy || to.Primary != sw.From:
 		return false, "waiting for " + sw.To + " to be a healthy standby of " + sw.From
+	case !to.StreamsFrom(from):
+		// Healthy is pg_isready; promoting a standby that does not stream
+		// from the primary loses what it did not receive.
+		return false, "waiting for " + sw.To + " to stream from " + sw.From + ": " + streamGap(sw.To, to, sw.From, from)
 	}
 	sw.IgnoredDemotionToken = from.DemotionToken
+	return true, ""
+}
+
+// streamGap says why m (reporting r) is not seen streaming from p (reporting pr).
+func streamGap(m string, r *member.ReplicationStatus, p string, pr *member.ReplicationStatus) string {
+	id := func(v string) string {
+		if v == "" {
+			return "none"
+		}
+		return v
+	}
+	return fmt.Sprintf("%s reports system identifier %s on timeline %d, %s system identifier %s on timeline %d (CloudNativePG's status.systemID and its primary instance's timeLineID)",
+		m, id(r.SystemID), r.TimelineID, p, id(pr.SystemID), pr.TimelineID)
+}
+
+// fenced ends the Fence step of a forced promotion. The fence is recorded
+// first (a stored status, so every write to the old primary from then on
+// renders it a standby of the target). Then, when the old primary is
+// reachable, its Cluster is written a standby of the target (decideRole
+// renders it so from Fence on) and the target is promoted only once the
+// old primary reports that spec and no instance that runs as a primary, in
+// a report made after the step started: two primaries never run at once
+// when the hub can see the old one. An unreachable old primary cannot be
+// demoted: the fence alone stands (it is written a standby when it is back;
+// what it had not streamed is lost, as spec.topology.failover says).
+func (t *Pass) fenced(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
+	prev := t.in.DB.Status.Topology
+	if prev == nil || !slices.Contains(prev.Fenced, sw.From) || prev.Switchover == nil || prev.Switchover.Step != fleetv1alpha1.StepFence {
+		return false, "recording " + sw.From + " as fenced"
+	}
+	if t.in.Views[sw.From].Unreachable {
+		return true, ""
+	}
+	from := t.fresh(sw.From, sw.StepStarted.Time)
+	switch {
+	case from == nil:
+		return false, sw.From + " is reachable: waiting for its report before promoting " + sw.To + " (it is demoted first)"
+	case from.Primary != sw.To:
+		return false, sw.From + " is reachable: waiting for its Cluster to follow " + sw.To + " (demotion) before promoting " + sw.To
+	case from.SwitchInProgress || from.RunsPrimary:
+		return false, sw.From + " is reachable and still runs a primary instance: waiting for its demotion before promoting " + sw.To
+	}
 	return true, ""
 }
 
@@ -179,15 +223,18 @@ func (t *Pass) repointed(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
 }
 
 // releaseFenced lets a fenced old primary go once it reports itself a
-// healthy standby of the primary.
+// healthy standby of the primary that streams from it (same system
+// identifier and timeline: a former primary that diverged cannot follow the
+// new timeline, CloudNativePG demotes without pg_rewind, and stays fenced).
 func (t *Pass) releaseFenced() {
 	var sw = t.Status.Switchover
 	t.Status.Fenced = slices.DeleteFunc(t.Status.Fenced, func(m string) bool {
 		if sw != nil && sw.From == m {
 			return false
 		}
-		v := t.in.Views[m]
-		if v.Unreachable || v.Replication == nil || v.Replication.Primary != t.Status.PrimaryCluster || !v.Replication.Healthy {
+		v, pv := t.in.Views[m], t.in.Views[t.Status.PrimaryCluster]
+		if v.Unreachable || v.Replication == nil || v.Replication.Primary != t.Status.PrimaryCluster || !v.Replication.Healthy ||
+			!v.Replication.StreamsFrom(pv.Replication) {
 			return false
 		}
 		t.event(false, fleetv1alpha1.ReasonFenced, "%s, fenced by a forced promotion, is back as a healthy standby of %s", m, t.Status.PrimaryCluster)

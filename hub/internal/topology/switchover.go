@@ -2,12 +2,15 @@ package topology
 
 import (
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -39,6 +42,10 @@ type Input struct {
 	Now     time.Time
 	// newTraceID names the trace of a switchover that starts in this pass.
 	NewTraceID func() string
+	// Owns reports whether the hub replica that runs this pass owns the
+	// member (--sharding: it holds the member's fence Lease, so its syncs
+	// and reports of the member are this replica's); nil: every member.
+	Owns func(member string) bool
 }
 
 // topologyEvent is an Event the pass asks for.
@@ -83,6 +90,7 @@ func Run(in Input) *Pass {
 		t.Status.PrimaryCluster = in.DB.Spec.Topology.PrimaryCluster
 	}
 	t.startOrAbort()
+	t.refuseForeign()
 	if t.Status.Switchover != nil {
 		t.advance()
 	}
@@ -124,7 +132,7 @@ func (t *Pass) startOrAbort() {
 		t.Requeue = time.Second // a new target starts after the abort is stored
 	case want != sw.To:
 		sw.Message = fmt.Sprintf("%s was promoted already: this switchover finishes before one to %s starts", sw.To, want)
-	case sw.Kind == fleetv1alpha1.SwitchoverPlanned && t.wantFailover() && !reached(sw, fleetv1alpha1.StepPromote):
+	case sw.Kind == fleetv1alpha1.SwitchoverPlanned && t.wantFailover() && !reached(sw, fleetv1alpha1.StepPromote) && len(t.foreign()) == 0:
 		t.Finished = append(t.Finished, FinishedStep{Switchover: *sw, Step: sw.Step, Started: sw.StepStarted.Time, Ended: now, Outcome: "ForcedInstead"})
 		sw.Kind, sw.Outcome, sw.Finished = fleetv1alpha1.SwitchoverForced, "", nil
 		t.setStep(fleetv1alpha1.StepFence, "fencing "+sw.From+" before promoting "+sw.To+" without its demotion token")
@@ -145,6 +153,11 @@ func (t *Pass) start(want string) {
 		sw.TraceID = t.in.NewTraceID()
 	}
 	t.Status.Switchover = sw
+	if t.wantFailover() && len(t.foreign()) > 0 {
+		// Refused before anything is fenced (refuseForeign).
+		sw.Kind = fleetv1alpha1.SwitchoverForced
+		return
+	}
 	if t.wantFailover() {
 		sw.Kind, sw.Step = fleetv1alpha1.SwitchoverForced, fleetv1alpha1.StepFence
 		sw.Message = "fencing " + sw.From + " before promoting " + want + " without its demotion token"
@@ -154,6 +167,50 @@ func (t *Pass) start(want string) {
 		return
 	}
 	t.event(false, fleetv1alpha1.ReasonSwitchoverStarted, "switchover of the primary from %s to %s started", sw.From, want)
+}
+
+// foreign are the placed members the hub replica that runs this pass does
+// not own (--sharding).
+func (t *Pass) foreign() []string {
+	if t.in.Owns == nil {
+		return nil
+	}
+	var out []string
+	for _, m := range slices.Sorted(maps.Keys(t.in.Targets)) {
+		if !t.in.Owns(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// refuseForeign stops a switchover or forced promotion that has not
+// promoted yet when this hub replica does not own every placed member
+// (--sharding): every step decides on the members' reports, and only a
+// member's owner has its CloudNativePG status (a placement's report does not
+// carry it), and the repoint involves every member. Stopping before Promote
+// changes nothing more (outcome Failed, reason SwitchoverRefused); setting
+// spec.topology.primaryCluster back aborts it. One that already promoted
+// has no way back and keeps waiting.
+func (t *Pass) refuseForeign() {
+	sw := t.Status.Switchover
+	if sw == nil || sw.Outcome == SwitchoverFailed || reached(sw, fleetv1alpha1.StepPromote) {
+		return
+	}
+	foreign := t.foreign()
+	if len(foreign) == 0 {
+		return
+	}
+	sw.Outcome, sw.Finished = SwitchoverFailed, timePtr(t.in.Now)
+	sw.Message = statusmsg.Bound("refused: " + refusal(foreign))
+	t.Finished = append(t.Finished, FinishedStep{Switchover: *sw.DeepCopy(), Step: sw.Step, Started: sw.StepStarted.Time, Ended: t.in.Now, Outcome: "Refused"})
+	t.event(true, fleetv1alpha1.ReasonSwitchoverRefused, "%s from %s to %s refused: %s", sw.Kind, sw.From, sw.To, refusal(foreign))
+}
+
+// refusal says why a switchover is refused under --sharding.
+func refusal(foreign []string) string {
+	return "the hub replica that runs this Database (the leader, --sharding) does not own " + strings.Join(foreign, ", ") +
+		", and a switchover decides on every member's CloudNativePG status, which only a member's owner reads (see docs/sharding.md)"
 }
 
 // fence records m as an old primary that may only come back as a standby.
