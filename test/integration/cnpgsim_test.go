@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,25 @@ import (
 // with promotionToken == a demotion token it issued (status.lastPromotionToken)
 // or, without a token, at once (a forced promotion). Knobs: frozen members
 // are not touched at all; unhealthy members never turn healthy.
+//
+// It reports what the hub's streaming check reads, as CloudNativePG v1.30.0
+// does (updateClusterStatusThatRequiresInstancesState in
+// internal/controller/cluster_status.go): status.instancesReportedState
+// with one instance, <name>-1, its isPrimary (not in recovery) and
+// timeLineID; status.timelineID only while it acts as a primary (the
+// operator takes it from a primary instance only); status.systemID, one
+// per Database (a standby is a pg_basebackup clone of the primary, which
+// keeps the system identifier). Timelines follow PostgreSQL: a promotion
+// starts a timeline above every one in use (findNewestTimeLine()+1 in
+// StartupXLOG, src/backend/access/transam/xlog.c); a standby follows its
+// primary's timeline switch (recovery_target_timeline 'latest', the default
+// since PostgreSQL 12), and reports it at once (a real one reports its last
+// restartpoint's); a member still acting as a primary when another is
+// promoted without a token has diverged and never follows again:
+// CloudNativePG demotes a former primary without pg_rewind
+// (verifyPgDataCoherenceForPrimary in
+// internal/management/controller/instance_startup.go, v1.30.0). A Cluster
+// re-created under the same name (a new UID) is a fresh clone.
 type cnpgSim struct {
 	e     *env
 	delay time.Duration
@@ -35,13 +55,33 @@ type cnpgSim struct {
 	acting    map[string]bool      // member/ns/name -> acts as primary
 	demoteAt  map[string]time.Time // when a pending demotion happens
 	tokens    map[string]bool      // demotion tokens issued
+	timeline  map[string]int64     // member/ns/name -> its timeline
+	diverged  map[string]bool      // member/ns/name -> cannot follow a new timeline
+	uids      map[string]types.UID // member/ns/name -> the Cluster it plays
+	systemIDs map[string]string    // ns/name -> the Database's system identifier
 	frozen    map[string]bool
 	unhealthy map[string]bool
 }
 
 func newCNPGSim(e *env, delay time.Duration) *cnpgSim {
 	return &cnpgSim{e: e, delay: delay, acting: map[string]bool{}, demoteAt: map[string]time.Time{},
-		tokens: map[string]bool{}, frozen: map[string]bool{}, unhealthy: map[string]bool{}}
+		tokens: map[string]bool{}, timeline: map[string]int64{}, diverged: map[string]bool{}, uids: map[string]types.UID{},
+		systemIDs: map[string]string{}, frozen: map[string]bool{}, unhealthy: map[string]bool{}}
+}
+
+// actingPrimaries are the members whose Cluster for ns/name acts as a
+// primary now.
+func (s *cnpgSim) actingPrimaries(ns, name string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for key, acting := range s.acting {
+		m, db, _ := strings.Cut(key, "/")
+		if acting && db == ns+"/"+name {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func (s *cnpgSim) freeze(m string, on bool) {
@@ -92,7 +132,7 @@ func (s *cnpgSim) step(ctx context.Context, m string, c client.Client, u *unstru
 	if status == nil {
 		status = map[string]any{}
 	}
-	next := s.transition(m+"/"+u.GetNamespace()+"/"+u.GetName(), self, primary, token, status)
+	next := s.transition(m, u, self, primary, token, status)
 	s.mu.Lock()
 	healthy := !s.unhealthy[m]
 	s.mu.Unlock()
@@ -100,7 +140,7 @@ func (s *cnpgSim) step(ctx context.Context, m string, c client.Client, u *unstru
 }
 
 // transition is CloudNativePG's replica switch, on a copy of status.
-func (s *cnpgSim) transition(key, self, primary, token string, status map[string]any) map[string]any {
+func (s *cnpgSim) transition(m string, u *unstructured.Unstructured, self, primary, token string, status map[string]any) map[string]any {
 	next := map[string]any{}
 	for k, v := range status {
 		next[k] = v
@@ -108,13 +148,24 @@ func (s *cnpgSim) transition(key, self, primary, token string, status map[string
 	if self == "" {
 		return next
 	}
+	db := u.GetNamespace() + "/" + u.GetName()
+	key := m + "/" + db
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	acting, seen := s.acting[key]
-	if !seen {
-		acting = primary == self
-		s.acting[key] = acting
+	defer s.report(key, db, u.GetName(), primary, next)
+	if s.uids[key] != u.GetUID() {
+		// A new Cluster: bootstrapped with initdb (the primary) or cloned
+		// from the primary with pg_basebackup.
+		s.uids[key] = u.GetUID()
+		s.acting[key] = primary == self
+		s.timeline[key] = max(1, s.timeline[primary+"/"+db])
+		s.diverged[key] = false
+		delete(s.demoteAt, key)
 	}
+	if s.systemIDs[db] == "" {
+		s.systemIDs[db] = randomSystemID()
+	}
+	acting := s.acting[key]
 	switch {
 	case acting && primary != self:
 		at, ok := s.demoteAt[key]
@@ -133,12 +184,56 @@ func (s *cnpgSim) transition(key, self, primary, token string, status map[string
 		next["switchReplicaClusterStatus"] = map[string]any{"inProgress": false}
 		s.acting[key] = false
 	case !acting && primary == self && token == "":
-		s.acting[key] = true
+		s.promote(key, db, true)
 	case !acting && primary == self && s.tokens[token]:
 		next["lastPromotionToken"] = token
-		s.acting[key] = true
+		s.promote(key, db, false)
 	}
 	return next
+}
+
+// promote makes key act as a primary on a new timeline; a promotion without
+// a token diverges every other member still acting as a primary.
+func (s *cnpgSim) promote(key, db string, forced bool) {
+	tl := int64(0)
+	for other, t := range s.timeline {
+		if _, d, _ := strings.Cut(other, "/"); d != db {
+			continue
+		}
+		tl = max(tl, t)
+		if forced && other != key && s.acting[other] {
+			s.diverged[other] = true
+		}
+	}
+	s.timeline[key] = tl + 1
+	s.acting[key] = true
+}
+
+// report puts into next what CloudNativePG's status says of the instance
+// (see cnpgSim): a standby first follows its primary's timeline.
+func (s *cnpgSim) report(key, db, name, primary string, next map[string]any) {
+	acting := s.acting[key]
+	if up := s.timeline[primary+"/"+db]; !acting && !s.diverged[key] && up > s.timeline[key] {
+		s.timeline[key] = up
+	}
+	next["systemID"] = s.systemIDs[db]
+	next["instancesReportedState"] = map[string]any{
+		name + "-1": map[string]any{"isPrimary": acting, "timeLineID": s.timeline[key]},
+	}
+	if acting {
+		next["timelineID"] = s.timeline[key]
+	}
+}
+
+// randomSystemID is a PostgreSQL system identifier (a 64-bit number).
+func randomSystemID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	var n uint64
+	for _, c := range b {
+		n = n<<8 | uint64(c)
+	}
+	return strconv.FormatUint(n>>1, 10)
 }
 
 func randomToken() string {
@@ -149,9 +244,12 @@ func randomToken() string {
 
 // primaryWatch records, over a test, the most members whose Cluster for one
 // Database is written as primary (spec.replica.primary == spec.replica.self)
-// at once. A pass that sees two reads again before it counts them.
+// at once, or, with sim, written or acting as a primary (a demoted Cluster
+// acts as one until its demotion finished). A pass that sees two reads
+// again before it counts them.
 type primaryWatch struct {
 	e        *env
+	sim      *cnpgSim
 	ns, name string
 	mu       sync.Mutex
 	max      int
@@ -160,6 +258,9 @@ type primaryWatch struct {
 
 func (w *primaryWatch) primaries(ctx context.Context) []string {
 	var out []string
+	if w.sim != nil {
+		out = w.sim.actingPrimaries(w.ns, w.name)
+	}
 	for _, m := range w.e.fleet.Members {
 		u := member.NewCNPGCluster()
 		if err := m.Client.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: w.name}, u); err != nil {
@@ -167,7 +268,7 @@ func (w *primaryWatch) primaries(ctx context.Context) []string {
 		}
 		self, _, _ := unstructured.NestedString(u.Object, "spec", "replica", "self")
 		primary, _, _ := unstructured.NestedString(u.Object, "spec", "replica", "primary")
-		if self != "" && self == primary {
+		if self != "" && self == primary && !slices.Contains(out, m.Name) {
 			out = append(out, m.Name)
 		}
 	}

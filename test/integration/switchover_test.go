@@ -27,7 +27,8 @@ func TestTopology(t *testing.T) {
 	go sim.run(e.ctx)
 	t.Run("a switchover survives a hub restart after every step and never makes two primaries", func(t *testing.T) { testSwitchoverRestarts(t, e, sim) })
 	t.Run("a never-healthy target or a demotion without a token stops the switchover; the old primary stays or comes back", func(t *testing.T) { testSwitchoverTargetUnhealthy(t, e, sim) })
-	t.Run("a forced promotion fences the lost primary, which comes back as a standby", func(t *testing.T) { testForcedFailover(t, e, sim) })
+	t.Run("a forced promotion fences the lost primary, which stays fenced until rebuilt; a target that does not stream is refused", func(t *testing.T) { testForcedFailover(t, e, sim) })
+	t.Run("a forced promotion demotes a reachable old primary and sees it demoted before promoting", func(t *testing.T) { testForcedFailoverReachable(t, e, sim) })
 }
 
 func newTopologyDB(ns, name, primary string, members ...string) *fleetv1alpha1.Database {
@@ -260,8 +261,104 @@ func testForcedFailover(t *testing.T, e *env, sim *cnpgSim) {
 			g.Expect(p).To(Equal("m2"), "the old primary is never written as a primary again")
 		}
 	}).WithTimeout(3 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
+	// m1 ran a primary when m2 was promoted: it cannot follow m2's new
+	// timeline (CloudNativePG demotes without pg_rewind). It reports a
+	// healthy standby of m2 and stays fenced; the condition names it and
+	// says what to do.
+	fencedFor := func(g Gomega) {
+		db := e.getDB(ns, "stock")
+		g.Expect(db.Status.Topology.Fenced).To(ConsistOf("m1"))
+		g.Expect(clusterEntry(db, "m1").Role).To(Equal(fleetv1alpha1.RoleFenced))
+		c := condition(db.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonFenced), c.Message)
+		g.Expect(c.Message).To(And(ContainSubstring("m1 does not stream from m2"), ContainSubstring("m1 on timeline 1, m2 on timeline 2"),
+			ContainSubstring("delete its CloudNativePG Cluster in m1")))
+	}
+	g.Eventually(fencedFor).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Consistently(fencedFor).WithTimeout(3 * time.Second).WithPolling(poll).Should(Succeed())
+
+	// A switchover to m1 is refused at CheckTarget: it is healthy (what
+	// CloudNativePG's phase says) but does not stream from m2.
+	g.Eventually(func() error {
+		db := e.getDB(ns, "stock")
+		db.Spec.Topology.PrimaryCluster, db.Spec.Topology.Failover = "m1", nil
+		return e.hub.Update(e.ctx, db)
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		db := e.getDB(ns, "stock")
+		c := condition(db.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
+		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonTargetUnhealthy), c.Message)
+		g.Expect(c.Message).To(ContainSubstring("m1 to stream from m2: m1 on timeline 1, m2 on timeline 2"))
+		g.Expect(db.Status.Topology.Switchover.Step).To(Equal(fleetv1alpha1.StepCheckTarget))
+		g.Expect(db.Status.Topology.Switchover.Outcome).To(Equal("Failed"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	for _, m := range members {
+		p, _ := e.replicaOf(g, m, ns, "stock")
+		g.Expect(p).To(Equal("m2"), "%s: nothing was changed", m)
+	}
+	e.setPrimary(g, ns, "stock", "m2") // abort
+
+	// Rebuild m1 as the condition says: its Cluster is deleted, the hub
+	// re-creates it as a clone of m2, and it is released.
+	g.Expect(e.member("m1").Delete(e.ctx, u)).To(Succeed())
 	db := e.expectStable(g, ns, "stock", "m2", members...)
 	g.Expect(db.Status.Topology.Fenced).To(BeEmpty())
+	g.Expect(db.Status.Topology.LastSwitchover.Outcome).To(Equal("Aborted"))
+}
+
+func testForcedFailoverReachable(t *testing.T, e *env, sim *cnpgSim) {
+	g := NewWithT(t)
+	ns := e.namespace("topo-failover-reachable")
+	members := []string{"m1", "m2", "m3"}
+	db := newTopologyDB(ns, "parts", "m1", members...)
+	// Fence waits for m1's demotion, which waits for the writes held below.
+	db.Spec.Topology.StepTimeout = &metav1.Duration{Duration: time.Minute}
+	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
+	e.expectStable(g, ns, "parts", "m1", members...)
+	w := &primaryWatch{e: e, sim: sim, ns: ns, name: "parts"}
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	go w.run(ctx)
+
+	// m1 is reachable (its reads and probes pass) but its writes hang: it
+	// cannot be demoted yet, so m2 is not promoted.
+	e.writes.Hang("m1", true)
+	released := false
+	defer func() {
+		if !released {
+			e.writes.Hang("m1", false)
+		}
+	}()
+	g.Eventually(func() error {
+		db := e.getDB(ns, "parts")
+		db.Spec.Topology.PrimaryCluster = "m2"
+		db.Spec.Topology.Failover = &fleetv1alpha1.FailoverSpec{TargetCluster: "m2", Reason: "move now"}
+		return e.hub.Update(e.ctx, db)
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		sw := e.getDB(ns, "parts").Status.Topology.Switchover
+		g.Expect(sw).NotTo(BeNil())
+		g.Expect(sw.Step).To(Equal(fleetv1alpha1.StepFence))
+		g.Expect(sw.Message).To(ContainSubstring("m1 is reachable"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		p, tok := e.replicaOf(g, "m2", ns, "parts")
+		g.Expect(p).To(Equal("m1"), "m2 is not promoted while m1 may run a primary")
+		g.Expect(tok).To(BeEmpty())
+		g.Expect(e.getDB(ns, "parts").Status.Topology.Switchover.Step).To(Equal(fleetv1alpha1.StepFence))
+	}).WithTimeout(4 * time.Second).WithPolling(poll).Should(Succeed())
+
+	// m1 takes the demotion; once it reports it, m2 is promoted.
+	e.writes.Hang("m1", false)
+	released = true
+	db = e.expectStable(g, ns, "parts", "m2", members...)
+	last := db.Status.Topology.LastSwitchover
+	g.Expect(last.Kind).To(Equal(fleetv1alpha1.SwitchoverForced))
+	g.Expect(last.Outcome).To(Equal("Succeeded"))
+	g.Expect(db.Status.Topology.Fenced).To(BeEmpty(), "m1 was demoted before m2's promotion: it follows m2")
+	n, seen := w.most()
+	g.Expect(n).To(Equal(1), "members written or acting as primary at once: %v", seen)
 }
 
 // settleWritesTo waits until the hub has sent no write to member m for two

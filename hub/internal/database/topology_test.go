@@ -250,7 +250,7 @@ func TestForcedFailover(t *testing.T) {
 	pass = drive(db, m, &now, 3)
 	g.Expect(db.Status.Topology.Fenced).To(ConsistOf("a"))
 	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonFenced), pass.Msg)
-	g.Expect(pass.Msg).To(And(ContainSubstring("a does not stream from b"), ContainSubstring("timeline 1"), ContainSubstring("delete its CloudNativePG Cluster in a")))
+	g.Expect(pass.Msg).To(And(ContainSubstring("a does not stream from b"), ContainSubstring("a on timeline 1, b on timeline 2"), ContainSubstring("delete its CloudNativePG Cluster in a")))
 
 	// Rebuilt (its Cluster deleted and cloned from b): released.
 	m.diverged["a"] = false
@@ -297,7 +297,7 @@ func TestSwitchoverTargetNotStreaming(t *testing.T) {
 	db.Spec.Topology.PrimaryCluster = "b"
 	pass := drive(db, m, &now, 15)
 	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTargetUnhealthy))
-	g.Expect(pass.Msg).To(ContainSubstring("b to stream from a: b reports system identifier 7400000000000000002"))
+	g.Expect(pass.Msg).To(ContainSubstring("b to stream from a: b on timeline 1, a on timeline 1; system identifier 7400000000000000002, a's 7400000000000000001"))
 	g.Expect(m.spec["a"].Primary).To(Equal("a"), "nothing was changed")
 	g.Expect(m.spec["b"].Primary).To(Equal("a"))
 }

@@ -79,9 +79,8 @@ func (t *Pass) fencedMessage() string {
 			parts = append(parts, m+" is not yet a healthy standby of "+p)
 		default:
 			parts = append(parts, m+" does not stream from "+p+" ("+streamGap(m, v.Replication, p, pr)+
-				"); if that lasts, it diverged: a former primary whose timeline went past "+p+"'s cannot follow it (CloudNativePG demotes without pg_rewind), "+
-				"so it stays fenced; to rebuild it, save what you need from its volumes, then delete its CloudNativePG Cluster in "+m+
-				" (its volume claims go with it): the hub re-creates it as a standby cloned from "+p+" (docs/topology.md, \"Switchover and failover\")")
+				"): if that lasts it diverged (CloudNativePG demotes without pg_rewind) and stays fenced; to rebuild it, save what you need from its volumes "+
+				"and delete its CloudNativePG Cluster in "+m+": the hub re-creates it as a clone of "+p)
 		}
 	}
 	return "replaced by a forced promotion: " + strings.Join(parts, "; ")

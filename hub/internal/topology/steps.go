@@ -143,16 +143,22 @@ func (t *Pass) checkTarget(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
 	return true, ""
 }
 
-// streamGap says why m (reporting r) is not seen streaming from p (reporting pr).
+// streamGap says why m (reporting r) is not seen streaming from p
+// (reporting pr): their timelines (the primary instance's timeLineID in
+// CloudNativePG's status.instancesReportedState) and, when they differ,
+// their system identifiers (status.systemID).
 func streamGap(m string, r *member.ReplicationStatus, p string, pr *member.ReplicationStatus) string {
-	id := func(v string) string {
-		if v == "" {
-			return "none"
+	out := fmt.Sprintf("%s on timeline %d, %s on timeline %d", m, r.TimelineID, p, pr.TimelineID)
+	if r.SystemID != pr.SystemID {
+		id := func(v string) string {
+			if v == "" {
+				return "none"
+			}
+			return v
 		}
-		return v
+		out += fmt.Sprintf("; system identifier %s, %s's %s", id(r.SystemID), p, id(pr.SystemID))
 	}
-	return fmt.Sprintf("%s reports system identifier %s on timeline %d, %s system identifier %s on timeline %d (CloudNativePG's status.systemID and its primary instance's timeLineID)",
-		m, id(r.SystemID), r.TimelineID, p, id(pr.SystemID), pr.TimelineID)
+	return out
 }
 
 // fenced ends the Fence step of a forced promotion. The fence is recorded
