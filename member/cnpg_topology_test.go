@@ -124,10 +124,26 @@ func TestReadReplicationStatusAndRole(t *testing.T) {
 		"demotionToken": "dt", "lastPromotionToken": "lpt",
 		"switchReplicaClusterStatus": map[string]any{"inProgress": true},
 		"conditions":                 []any{map[string]any{"type": "Ready", "status": "True"}},
+		// A replica cluster: status.timelineID is the one from before its
+		// demotion; the designated primary's reported timeline is current.
+		"systemID": "7401234567890123456", "timelineID": int64(3),
+		"instancesReportedState": map[string]any{
+			"orders-1": map[string]any{"isPrimary": false, "timeLineID": int64(4)},
+			"orders-2": map[string]any{"isPrimary": false, "timeLineID": int64(3)},
+		},
 	}
 	g.Expect(member.ReadReplicationStatus(u)).To(Equal(member.ReplicationStatus{
 		Primary: "eu-1", DemotionToken: "dt", LastPromotionToken: "lpt", SwitchInProgress: true, Healthy: true, CurrentPrimary: "orders-1",
+		SystemID: "7401234567890123456", TimelineID: 4,
 	}))
+	reported := u.Object["status"].(map[string]any)["instancesReportedState"].(map[string]any)
+	reported["orders-2"].(map[string]any)["isPrimary"] = true
+	g.Expect(member.ReadReplicationStatus(u).RunsPrimary).To(BeTrue(), "an instance still runs as a primary")
+	standby := member.ReplicationStatus{SystemID: "7401234567890123456", TimelineID: 4}
+	g.Expect(standby.StreamsFrom(&member.ReplicationStatus{SystemID: "7401234567890123456", TimelineID: 4})).To(BeTrue())
+	g.Expect(standby.StreamsFrom(&member.ReplicationStatus{SystemID: "7401234567890123456", TimelineID: 5})).To(BeFalse(), "another timeline")
+	g.Expect(standby.StreamsFrom(&member.ReplicationStatus{SystemID: "7409999999999999999", TimelineID: 4})).To(BeFalse(), "another system")
+	g.Expect((&member.ReplicationStatus{}).StreamsFrom(&member.ReplicationStatus{})).To(BeFalse(), "nothing reported")
 	u.Object["status"].(map[string]any)["readyInstances"] = int64(1)
 	g.Expect(member.ReadReplicationStatus(u).Healthy).To(BeFalse(), "an instance is not ready")
 }
