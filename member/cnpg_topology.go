@@ -233,20 +233,24 @@ func ReadReplicationStatus(u *unstructured.Unstructured) ReplicationStatus {
 	rs.LastPromotionToken, _, _ = unstructured.NestedString(u.Object, "status", "lastPromotionToken")
 	rs.SwitchInProgress, _, _ = unstructured.NestedBool(u.Object, "status", "switchReplicaClusterStatus", "inProgress")
 	rs.SystemID, _, _ = unstructured.NestedString(u.Object, "status", "systemID")
+	rs.RunsPrimary, rs.TimelineID = reportedInstances(u, s.currentPrimary)
+	return rs
+}
+
+// reportedInstances reads status.instancesReportedState: whether an
+// instance reports itself a primary, and the timeline the current (or
+// designated) primary instance reports.
+func reportedInstances(u *unstructured.Unstructured, current string) (runsPrimary bool, timeline int64) {
 	reported, _, _ := unstructured.NestedMap(u.Object, "status", "instancesReportedState")
 	for pod, v := range reported {
-		state, ok := v.(map[string]any)
-		if !ok {
-			continue
-		}
-		if primary, _ := state["isPrimary"].(bool); primary {
-			rs.RunsPrimary = true
-		}
-		if pod == s.currentPrimary {
-			rs.TimelineID = reportedTimeline(state["timeLineID"])
+		state, _ := v.(map[string]any)
+		primary, _ := state["isPrimary"].(bool)
+		runsPrimary = runsPrimary || primary
+		if pod == current {
+			timeline = reportedTimeline(state["timeLineID"])
 		}
 	}
-	return rs
+	return runsPrimary, timeline
 }
 
 // reportedTimeline reads an instance's timeLineID (an integer in JSON).

@@ -225,12 +225,7 @@ func testForcedFailover(t *testing.T, e *env, sim *cnpgSim) {
 	p, _ := e.replicaOf(g, "m2", ns, "stock")
 	g.Expect(p).To(Equal("m1"), "no automatic failover")
 
-	g.Eventually(func() error {
-		db := e.getDB(ns, "stock")
-		db.Spec.Topology.PrimaryCluster = "m2"
-		db.Spec.Topology.Failover = &fleetv1alpha1.FailoverSpec{TargetCluster: "m2", Reason: "m1 lost"}
-		return e.hub.Update(e.ctx, db)
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	e.setFailover(g, ns, "stock", "m2", "m1 lost")
 	g.Eventually(func(g Gomega) {
 		db := e.getDB(ns, "stock")
 		g.Expect(db.Status.Topology.PrimaryCluster).To(Equal("m2"))
@@ -330,12 +325,7 @@ func testForcedFailoverReachable(t *testing.T, e *env, sim *cnpgSim) {
 			e.writes.Hang("m1", false)
 		}
 	}()
-	g.Eventually(func() error {
-		db := e.getDB(ns, "parts")
-		db.Spec.Topology.PrimaryCluster = "m2"
-		db.Spec.Topology.Failover = &fleetv1alpha1.FailoverSpec{TargetCluster: "m2", Reason: "move now"}
-		return e.hub.Update(e.ctx, db)
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	e.setFailover(g, ns, "parts", "m2", "move now")
 	g.Eventually(func(g Gomega) {
 		sw := e.getDB(ns, "parts").Status.Topology.Switchover
 		g.Expect(sw).NotTo(BeNil())
@@ -376,6 +366,17 @@ func (e *env) settleWritesTo(g Gomega, m string, before int) {
 		last = n
 		return quiet >= 2
 	}).WithTimeout(eventually).WithPolling(time.Second).Should(BeTrue())
+}
+
+// setFailover asks for a forced promotion of target (primaryCluster and
+// failover.targetCluster), retrying on conflicts.
+func (e *env) setFailover(g Gomega, ns, name, target, reason string) {
+	g.Eventually(func() error {
+		db := e.getDB(ns, name)
+		db.Spec.Topology.PrimaryCluster = target
+		db.Spec.Topology.Failover = &fleetv1alpha1.FailoverSpec{TargetCluster: target, Reason: reason}
+		return e.hub.Update(e.ctx, db)
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
 
 // setPrimary sets spec.topology.primaryCluster, retrying on conflicts (the
