@@ -321,7 +321,8 @@ const (
 	// docs/topology.md: abort by setting primaryCluster back before the promotion).
 	ReasonSwitchoverStepTimedOut = "SwitchoverStepTimedOut"
 	// ReasonTargetUnhealthy: the switchover target was not a healthy standby
-	// of the primary within spec.topology.stepTimeout; nothing was changed.
+	// of the primary streaming from it (same system identifier and timeline)
+	// within spec.topology.stepTimeout; nothing was changed.
 	ReasonTargetUnhealthy = "TargetUnhealthy"
 	// ReasonFenced: an old primary replaced by a forced promotion has not yet
 	// come back as a healthy standby of the new primary that streams from it
