@@ -202,10 +202,14 @@ func (t *Pass) refuseForeign() {
 		return
 	}
 	sw.Outcome, sw.Finished = SwitchoverFailed, timePtr(t.in.Now)
-	sw.Message = statusmsg.Bound("refused: " + refusal(foreign))
+	sw.Message = statusmsg.Bound(refusedPrefix + refusal(foreign))
 	t.Finished = append(t.Finished, FinishedStep{Switchover: *sw.DeepCopy(), Step: sw.Step, Started: sw.StepStarted.Time, Ended: t.in.Now, Outcome: "Refused"})
 	t.event(true, fleetv1alpha1.ReasonSwitchoverRefused, "%s from %s to %s refused: %s", sw.Kind, sw.From, sw.To, refusal(foreign))
 }
+
+// refusedPrefix starts the message of a refused switchover (summarise
+// tells it from one that timed out by it).
+const refusedPrefix = "refused: "
 
 // refusal says why a switchover is refused under --sharding.
 func refusal(foreign []string) string {
