@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -23,20 +24,9 @@ import (
 // dropping the label of its own, and any Secret write in the hub namespace
 // (member kubeconfigs). RBAC still lets it read them: see docs/security.md.
 func TestHubSecretScope(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane")
-	}
+	cp, ctx := startHubControlPlane(t, "team-a")
 	g := NewWithT(t)
-	assets, err := fleet.AssetsDir()
-	g.Expect(err).NotTo(HaveOccurred())
-	cp, err := fleet.StartControlPlane("hub", assets, true)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = cp.Stop() })
-	ctx := fleet.Context(t)
 	admin := cp.Client
-	for _, ns := range []string{hubNS, "team-a"} {
-		g.Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
-	}
 	for _, obj := range buildKustomization(t, fleet.RepoRoot()+"/deploy/rbac") {
 		g.Expect(admin.Create(ctx, obj)).To(Succeed(), "%s %s", obj.GetKind(), obj.GetName())
 	}
@@ -111,4 +101,25 @@ func TestHubSecretScope(t *testing.T) {
 	g.Expect(string(got.Data["password"])).To(Equal("pw"))
 	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(kubeconfig), &got)).To(Succeed())
 	g.Expect(got.Data).NotTo(HaveKey("kubeconfig"), "the member kubeconfig is unchanged")
+}
+
+// startHubControlPlane starts a hub API server with fleetdb's CRDs and the
+// hub namespace and namespaces given, for a test of the hub's identity
+// without a fleet; it skips in -short mode.
+func startHubControlPlane(t *testing.T, namespaces ...string) (*fleet.ControlPlane, context.Context) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	g := NewWithT(t)
+	assets, err := fleet.AssetsDir()
+	g.Expect(err).NotTo(HaveOccurred())
+	cp, err := fleet.StartControlPlane("hub", assets, true)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = cp.Stop() })
+	ctx := fleet.Context(t)
+	for _, ns := range append([]string{hubNS}, namespaces...) {
+		g.Expect(cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	}
+	return cp, ctx
 }

@@ -21,7 +21,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fleetdb/fleetdb/hub"
-	"github.com/fleetdb/fleetdb/test/fleet"
 )
 
 // TestMetricsSecure (issue 25, item 12) runs the hub as deploy/rbac's
@@ -33,20 +32,9 @@ import (
 // TokenReviews and SubjectAccessReviews go through its identity, so a
 // permission the markers lack fails the test (hubIdentity).
 func TestMetricsSecure(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane")
-	}
+	cp, ctx := startHubControlPlane(t, "monitoring")
 	g := NewWithT(t)
-	assets, err := fleet.AssetsDir()
-	g.Expect(err).NotTo(HaveOccurred())
-	cp, err := fleet.StartControlPlane("hub", assets, true)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = cp.Stop() })
-	ctx := fleet.Context(t)
 	admin := cp.Client
-	for _, ns := range []string{hubNS, "monitoring"} {
-		g.Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
-	}
 	hubCfg := hubIdentity(t, ctx, cp.Config, admin)
 
 	// A serving certificate of our own, so the scrapes verify it.
