@@ -146,22 +146,19 @@ func (t *Pass) startOrAbort() {
 
 // demotionInProgress: the old primary may have been written to follow the
 // target (Demote or Fence reached) and the last report of its Cluster says
-// CloudNativePG's replica switch is in progress, or that it follows the
-// target without a new demotion token (CloudNativePG may not have started
-// the switch yet: its status says not in progress until it fenced the
-// primary, pkg/reconciler/replicaclusterswitch/reconciler.go, v1.30.0). A
-// member without a report is not waited for: an unreachable old primary is
-// written when it is back, and the member sync retries what the webhook
-// refuses.
+// CloudNativePG's replica switch is in progress. Only that is waited for: a
+// demotion that ended without a token (CloudNativePG before v1.28.4 could
+// lose it) or that its operator never started must not keep the old
+// primary demoted for ever; a member without a report is written when it
+// is back. Should CloudNativePG start the switch between the report and the
+// write, its webhook refuses the write and the member sync retries it (with
+// backoff) until the switch ended.
 func (t *Pass) demotionInProgress(sw *fleetv1alpha1.SwitchoverStatus) bool {
 	if !reached(sw, fleetv1alpha1.StepDemote) {
 		return false
 	}
 	r := t.in.Views[sw.From].Replication
-	if r == nil {
-		return false
-	}
-	return r.SwitchInProgress || (r.Primary == sw.To && !t.demoted(sw, r))
+	return r != nil && r.SwitchInProgress
 }
 
 // start records a new switchover (or forced promotion) from the primary to want.
