@@ -23,14 +23,15 @@ import (
 // TestSwitchoverRaces runs a switchover against the races its status write
 // and its abort meet, with the "never two primaries" watcher on: a user's
 // abort stored between the hub's read and its write of the step to Promote;
-// a status write of the hub from before a restart that lands after it (a
-// request that timed out on the client and reached the API server later);
+// at each step, a status write of the hub from before a restart that lands
+// after it (a request that timed out on the client and reached the API
+// server later);
 // an abort while CloudNativePG is still demoting the old primary.
 func TestSwitchoverRaces(t *testing.T) {
 	ic := &statusInterceptor{}
 	opts := envOptions{hubWrap: ic.wrap}
-	e := startEnvWith(t, opts, "m1", "m2")
-	for _, m := range []string{"m1", "m2"} {
+	e := startEnvWith(t, opts, "m1", "m2", "m3")
+	for _, m := range []string{"m1", "m2", "m3"} {
 		setReplication(NewWithT(t), e, m, "$(DATABASE)-rw.$(NAMESPACE)."+m+".fleet.test")
 	}
 	sim := newCNPGSim(e, 500*time.Millisecond)
@@ -38,7 +39,7 @@ func TestSwitchoverRaces(t *testing.T) {
 	t.Run("an abort stored between the hub's read and its write of Promote is honoured: the target is never written primary", func(t *testing.T) {
 		testAbortRacingPromote(t, e, sim, ic)
 	})
-	t.Run("a status write from before a hub restart that lands after it is refused: no old promotion token is rendered again", func(t *testing.T) {
+	t.Run("a status write of each step from before a hub restart that lands after it is refused: no old step or promotion token comes back", func(t *testing.T) {
 		testLateWriteAfterRestart(t, e, sim, ic, opts)
 	})
 	t.Run("an abort waits while CloudNativePG demotes the old primary, then makes it primary again", func(t *testing.T) {
@@ -88,52 +89,64 @@ func testLateWriteAfterRestart(t *testing.T, e *env, sim *cnpgSim, ic *statusInt
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	go w.run(ctx)
-	members := []string{"m1", "m2"}
+	members := []string{"m1", "m2", "m3"}
 	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "ledger", "m1", members...))).To(Succeed())
 	e.expectStable(g, ns, "ledger", "m1", members...)
 
-	// The hub's write of the step to Promote (with m1's demotion token)
-	// fails on the client; the request reaches the API server later.
-	ic.arm(ns, "ledger", `"step":"Promote"`, nil, true)
-	defer ic.disarm()
-	e.setPrimary(g, ns, "ledger", "m2")
-	db := e.expectStable(g, ns, "ledger", "m2", members...)
-	used := db.Status.Topology.LastSwitchover.DemotionToken
-	g.Expect(used).NotTo(BeEmpty())
-	g.Eventually(func(g Gomega) {
-		_, tok := e.replicaOf(g, "m2", ns, "ledger")
-		g.Expect(tok).To(BeEmpty(), "the promotion token is dropped once promoted")
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-	g.Expect(ic.heldCount()).To(Equal(1), "the write of Promote was held")
+	// For each step: the hub's status write that enters it fails on the
+	// client and reaches the API server later, after the switchover
+	// finished, the hub restarted and a switchover back began.
+	used := map[string]bool{}
+	from, to := "m1", "m2"
+	for _, step := range []fleetv1alpha1.SwitchoverStep{
+		fleetv1alpha1.StepCheckTarget, fleetv1alpha1.StepDemote, fleetv1alpha1.StepWaitDemotion,
+		fleetv1alpha1.StepPromote, fleetv1alpha1.StepWaitPromotion, fleetv1alpha1.StepRepoint,
+	} {
+		t.Logf("holding the write of step %s (%s to %s)", step, from, to)
+		ic.arm(ns, "ledger", `"step":"`+string(step)+`"`, nil, true)
+		e.setPrimary(g, ns, "ledger", to)
+		db := e.expectStable(g, ns, "ledger", to, members...)
+		used[db.Status.Topology.LastSwitchover.DemotionToken] = true
+		g.Eventually(func(g Gomega) {
+			_, tok := e.replicaOf(g, to, ns, "ledger")
+			g.Expect(tok).To(BeEmpty(), "the promotion token is dropped once promoted")
+		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+		g.Expect(ic.heldCount()).To(Equal(1), "the write of %s was held", step)
 
-	e.stopHub()
-	e.startHub(opts)
+		e.stopHub()
+		e.startHub(opts)
 
-	// Back to m1; m2's demotion stays in progress while the old write lands.
-	sim.holdDemotions("m2", true)
-	defer sim.holdDemotions("m2", false)
-	e.setPrimary(g, ns, "ledger", "m1")
-	g.Eventually(func(g Gomega) {
-		sw := e.getDB(ns, "ledger").Status.Topology.Switchover
-		g.Expect(sw).NotTo(BeNil())
-		g.Expect(sw.To).To(Equal("m1"))
-		g.Expect(sw.Step).To(Equal(fleetv1alpha1.StepWaitDemotion))
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-	code, err := ic.replay(e.ctx)
-	t.Logf("the held status write landed with %d (%v)", code, err)
-	g.Consistently(func(g Gomega) {
-		_, tok := e.replicaOf(g, "m1", ns, "ledger")
-		g.Expect(tok).NotTo(Equal(used), "m1 is never written with the token m2 used")
-		sw := e.getDB(ns, "ledger").Status.Topology.Switchover
-		g.Expect(sw).NotTo(BeNil())
-		g.Expect(sw.DemotionToken).NotTo(Equal(used), "the switchover never takes the used token")
-		g.Expect(sim.unrecoverableClusters()).To(BeEmpty())
-	}).WithTimeout(3 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
-
-	sim.holdDemotions("m2", false)
-	db = e.expectStable(g, ns, "ledger", "m1", members...)
-	g.Expect(db.Status.Topology.LastSwitchover.Outcome).To(Equal("Succeeded"))
-	g.Expect(db.Status.Topology.LastSwitchover.DemotionToken).NotTo(Equal(used))
+		// Back to from; to's demotion stays in progress while the old write lands.
+		sim.holdDemotions(to, true)
+		e.setPrimary(g, ns, "ledger", from)
+		g.Eventually(func(g Gomega) {
+			sw := e.getDB(ns, "ledger").Status.Topology.Switchover
+			g.Expect(sw).NotTo(BeNil())
+			g.Expect(sw.To).To(Equal(from))
+			g.Expect(sw.Step).To(Equal(fleetv1alpha1.StepWaitDemotion))
+		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+		code, err := ic.replay(e.ctx)
+		t.Logf("the held write of %s landed with %d (%v)", step, code, err)
+		g.Consistently(func(g Gomega) {
+			for _, m := range members {
+				p, tok := e.replicaOf(g, m, ns, "ledger")
+				g.Expect(used).NotTo(HaveKey(tok), "%s is never written with a used promotion token", m)
+				g.Expect(p).NotTo(Equal(m), "no member is written primary while %s demotes", to)
+			}
+			sw := e.getDB(ns, "ledger").Status.Topology.Switchover
+			g.Expect(sw).NotTo(BeNil())
+			g.Expect(sw.From).To(Equal(to))
+			g.Expect(sw.To).To(Equal(from))
+			g.Expect(sw.Step).To(Equal(fleetv1alpha1.StepWaitDemotion))
+			g.Expect(sim.unrecoverableClusters()).To(BeEmpty())
+		}).WithTimeout(3*time.Second).WithPolling(100*time.Millisecond).Should(Succeed(), "after the write of %s landed", step)
+		sim.holdDemotions(to, false)
+		db = e.expectStable(g, ns, "ledger", from, members...)
+		g.Expect(db.Status.Topology.LastSwitchover.Outcome).To(Equal("Succeeded"))
+		g.Expect(used).NotTo(HaveKey(db.Status.Topology.LastSwitchover.DemotionToken))
+		used[db.Status.Topology.LastSwitchover.DemotionToken] = true
+		from, to = to, from
+	}
 	g.Expect(sim.unrecoverableClusters()).To(BeEmpty())
 	n, seen := w.most()
 	g.Expect(n).To(Equal(1), "members written as primary at once: %v", seen)
