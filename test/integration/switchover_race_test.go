@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -52,18 +53,13 @@ func TestSwitchoverRaces(t *testing.T) {
 func testAbortRacingPromote(t *testing.T, e *env, sim *cnpgSim, ic *statusInterceptor) {
 	g := NewWithT(t)
 	ns := e.namespace("race-abort")
-	w := &primaryWatch{e: e, ns: ns, name: "orders"}
-	ctx, cancel := context.WithCancel(e.ctx)
-	defer cancel()
-	go w.run(ctx)
 	members := []string{"m1", "m2"}
-	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "orders", "m1", members...))).To(Succeed())
-	e.expectStable(g, ns, "orders", "m1", members...)
+	w := e.watchedTopologyDB(t, g, ns, "orders", members...)
 
 	// The user sets primaryCluster back to m1 after the hub read the
 	// Database to decide the move to Promote and before its write lands.
 	aborted := make(chan error, 1)
-	ic.arm(ns, "orders", `"step":"Promote"`, func() {
+	ic.arm(ns, "orders", []string{`"step":"Promote"`}, func() {
 		cctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 		defer cancel()
 		aborted <- setPrimaryNow(cctx, e, ns, "orders", "m1")
@@ -85,25 +81,27 @@ func testAbortRacingPromote(t *testing.T, e *env, sim *cnpgSim, ic *statusInterc
 func testLateWriteAfterRestart(t *testing.T, e *env, sim *cnpgSim, ic *statusInterceptor, opts envOptions) {
 	g := NewWithT(t)
 	ns := e.namespace("race-late")
-	w := &primaryWatch{e: e, ns: ns, name: "ledger"}
-	ctx, cancel := context.WithCancel(e.ctx)
-	defer cancel()
-	go w.run(ctx)
 	members := []string{"m1", "m2", "m3"}
-	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "ledger", "m1", members...))).To(Succeed())
-	e.expectStable(g, ns, "ledger", "m1", members...)
+	w := e.watchedTopologyDB(t, g, ns, "ledger", members...)
 
 	// For each step: the hub's status write that enters it fails on the
 	// client and reaches the API server later, after the switchover
 	// finished, the hub restarted and a switchover back began.
 	used := map[string]bool{}
-	from, to := "m1", "m2"
-	for _, step := range []fleetv1alpha1.SwitchoverStep{
+	const from, to = "m1", "m2"
+	steps := []fleetv1alpha1.SwitchoverStep{
 		fleetv1alpha1.StepCheckTarget, fleetv1alpha1.StepDemote, fleetv1alpha1.StepWaitDemotion,
 		fleetv1alpha1.StepPromote, fleetv1alpha1.StepWaitPromotion, fleetv1alpha1.StepRepoint,
-	} {
-		t.Logf("holding the write of step %s (%s to %s)", step, from, to)
-		ic.arm(ns, "ledger", `"step":"`+string(step)+`"`, nil, true)
+	}
+	for i, step := range steps {
+		// A pass that sees several steps end writes only the last one: the
+		// first write of this step or a later one is held.
+		var contains []string
+		for _, s := range steps[i:] {
+			contains = append(contains, `"step":"`+string(s)+`"`)
+		}
+		t.Logf("holding the write of step %s or a later one (%s to %s)", step, from, to)
+		ic.arm(ns, "ledger", contains, nil, true)
 		e.setPrimary(g, ns, "ledger", to)
 		db := e.expectStable(g, ns, "ledger", to, members...)
 		used[db.Status.Topology.LastSwitchover.DemotionToken] = true
@@ -145,7 +143,6 @@ func testLateWriteAfterRestart(t *testing.T, e *env, sim *cnpgSim, ic *statusInt
 		g.Expect(db.Status.Topology.LastSwitchover.Outcome).To(Equal("Succeeded"))
 		g.Expect(used).NotTo(HaveKey(db.Status.Topology.LastSwitchover.DemotionToken))
 		used[db.Status.Topology.LastSwitchover.DemotionToken] = true
-		from, to = to, from
 	}
 	g.Expect(sim.unrecoverableClusters()).To(BeEmpty())
 	n, seen := w.most()
@@ -155,13 +152,8 @@ func testLateWriteAfterRestart(t *testing.T, e *env, sim *cnpgSim, ic *statusInt
 func testAbortDuringDemotion(t *testing.T, e *env, sim *cnpgSim) {
 	g := NewWithT(t)
 	ns := e.namespace("race-demoting")
-	w := &primaryWatch{e: e, ns: ns, name: "stock"}
-	ctx, cancel := context.WithCancel(e.ctx)
-	defer cancel()
-	go w.run(ctx)
 	members := []string{"m1", "m2"}
-	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "stock", "m1", members...))).To(Succeed())
-	e.expectStable(g, ns, "stock", "m1", members...)
+	w := e.watchedTopologyDB(t, g, ns, "stock", members...)
 
 	sim.holdDemotions("m1", true)
 	defer sim.holdDemotions("m1", false)
@@ -198,6 +190,19 @@ func testAbortDuringDemotion(t *testing.T, e *env, sim *cnpgSim) {
 	g.Expect(n).To(Equal(1), "members written as primary at once: %v", seen)
 }
 
+// watchedTopologyDB creates a PrimaryStandby Database with primary m1 over
+// members, with the "never two primaries" watcher running for the test, and
+// waits for it to be stable.
+func (e *env) watchedTopologyDB(t *testing.T, g Gomega, ns, name string, members ...string) *primaryWatch {
+	w := &primaryWatch{e: e, ns: ns, name: name}
+	ctx, cancel := context.WithCancel(e.ctx)
+	t.Cleanup(cancel)
+	go w.run(ctx)
+	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, name, "m1", members...))).To(Succeed())
+	e.expectStable(g, ns, name, "m1", members...)
+	return w
+}
+
 // switchInProgress reads a member Cluster's status.switchReplicaClusterStatus.inProgress.
 func switchInProgress(g Gomega, e *env, m, ns, name string) bool {
 	u := member.NewCNPGCluster()
@@ -226,15 +231,15 @@ func setPrimaryNow(ctx context.Context, e *env, ns, name, primary string) error 
 }
 
 // statusInterceptor stands between the hub and its API server for the
-// status writes of one Database: the first write whose body contains a
-// string either runs a function before it is sent (a write stored between
+// status writes of one Database: the first write whose body contains one
+// of some strings either runs a function before it is sent (a write stored between
 // the hub's read and its write) or is held (the hub gets an error, and the
 // request is sent by replay later, as a request that timed out on the
 // client and reached the server afterwards).
 type statusInterceptor struct {
 	mu       sync.Mutex
 	path     string
-	contains string
+	contains []string
 	before   func()
 	hold     bool
 	held     []heldRequest
@@ -247,7 +252,7 @@ type heldRequest struct {
 	next   http.RoundTripper
 }
 
-func (i *statusInterceptor) arm(ns, name, contains string, before func(), hold bool) {
+func (i *statusInterceptor) arm(ns, name string, contains []string, before func(), hold bool) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	i.path = "/apis/fleetdb.io/v1alpha1/namespaces/" + ns + "/databases/" + name + "/status"
@@ -281,7 +286,7 @@ func (i *statusInterceptor) wrap(next http.RoundTripper) http.RoundTripper {
 		}
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		i.mu.Lock()
-		match := i.path != "" && strings.Contains(string(body), i.contains)
+		match := i.path != "" && slices.ContainsFunc(i.contains, func(c string) bool { return strings.Contains(string(body), c) })
 		before, hold := i.before, i.hold
 		if match {
 			i.path = ""
