@@ -326,6 +326,12 @@ const (
 	// ReasonFenced: an old primary replaced by a forced promotion has not yet
 	// come back as a healthy standby of the new primary.
 	ReasonFenced = "Fenced"
+	// ReasonAbortWaitingForDemotion: spec.topology.primaryCluster was set
+	// back to the old primary while CloudNativePG was still demoting it
+	// (its Cluster's status.switchReplicaClusterStatus.inProgress):
+	// CloudNativePG's webhook refuses changing its role back until the
+	// demotion finished, so the abort is taken once it reports it did.
+	ReasonAbortWaitingForDemotion = "AbortWaitingForDemotion"
 	// ReasonSwitchoverAborted (Event): spec.topology.primaryCluster was set
 	// back before the promotion; the old primary stays primary.
 	ReasonSwitchoverAborted = "SwitchoverAborted"
