@@ -84,13 +84,17 @@ type DatabaseSpec struct {
 	// only) or StatefulSet (one independent server per member, so replicas
 	// must be 1). When empty the hub decides once, at the first placement, and
 	// records it in the fleetdb.io/backend annotation: CloudNativePG for
-	// postgres, StatefulSet for mysql, and StatefulSet for a Database that
-	// fleetdb placed before backends existed (see Database.EffectiveBackend).
+	// postgres, StatefulSet for mysql; for a Database placed before backends
+	// existed (or whose annotation was removed), the backend its members run,
+	// read there: never a guess (see Database.KnownBackend).
 	// +optional
 	Backend Backend `json:"backend,omitempty"`
 
 	// Version is the engine version, such as "17" or "8.4". When empty the hub
-	// uses the engine's default (postgres 17, mysql 8.4).
+	// uses the engine's default (postgres 17, mysql 8.4). The API server
+	// refuses a major downgrade, a postgres major upgrade to before 16, and a
+	// postgres major change of a PrimaryStandby Database or on the
+	// StatefulSet backend (see docs/cloudnativepg.md).
 	// +optional
 	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:MaxLength=32
