@@ -168,7 +168,7 @@ func testLegacyBackend(t *testing.T, e *env) {
 	e.legacyStatefulSet(g, "m1", e.getDB(ns, "old"))
 	g.Eventually(func(g Gomega) {
 		db := e.getDB(ns, "old")
-		g.Expect(db.Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+		g.Expect(db.Status.Phase).To(Equal(fleetv1alpha1.PhaseReady), "%+v", db.Status.Clusters)
 		g.Expect(clusterEntry(db, "m1").Backend).To(Equal(fleetv1alpha1.BackendStatefulSet))
 		g.Expect(db.Annotations).To(HaveKeyWithValue(fleetv1alpha1.AnnotationBackend, "StatefulSet"), "read in m1 and recorded")
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())

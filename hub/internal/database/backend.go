@@ -166,11 +166,8 @@ func (r *databaseReconciler) membersMayRun(ctx context.Context, db *fleetv1alpha
 // member (live, within the member call timeout); ok is false when the member
 // cannot be read now.
 func (r *databaseReconciler) memberBackends(ctx context.Context, name string, o member.Owner) ([]fleetv1alpha1.Backend, bool) {
-	if h := r.provider.Health(name); !h.Engaged || !h.Ready {
-		return nil, false
-	}
-	cl, err := r.provider.Get(ctx, multicluster.ClusterName(name))
-	if err != nil {
+	cl, ok := r.readableMember(ctx, name)
+	if !ok {
 		return nil, false
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.opts.MemberCallTimeout)
@@ -181,6 +178,16 @@ func (r *databaseReconciler) memberBackends(ctx context.Context, name string, o 
 		return nil, false
 	}
 	return backends, true
+}
+
+// readableMember is the member's cluster when the registry reports it
+// engaged and ready; ok is false when it cannot be read now.
+func (r *databaseReconciler) readableMember(ctx context.Context, name string) (cl cluster.Cluster, ok bool) {
+	if h := r.provider.Health(name); !h.Engaged || !h.Ready {
+		return nil, false
+	}
+	cl, err := r.provider.Get(ctx, multicluster.ClusterName(name))
+	return cl, err == nil
 }
 
 // backendMissingStatus is a member's status when it does not offer the
