@@ -160,7 +160,8 @@ func (r *memberSyncReconciler) sync(ctx context.Context, cluster string, key typ
 	if _, known := db.KnownBackend(); !known {
 		// The Database controller reads what the members run and records
 		// it (settleBackend); nothing is written to a member meanwhile.
-		return syncOutcome{}
+		// Looked at again (this cache may not hold the recorded backend yet).
+		return syncOutcome{requeue: backendWaitRetry}
 	}
 	if err := r.backendReady(ctx, cluster, cl, db); err != nil {
 		if member.IsBackendMissing(err) {
