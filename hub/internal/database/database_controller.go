@@ -194,9 +194,13 @@ func (r *databaseReconciler) reconcileProtected(ctx context.Context, s *database
 		"namespace %q is protected: fleetdb does not manage Databases in it; create the Database in an application namespace", s.db.Namespace))
 }
 
-// reconcileBackend stalls a Database whose backend was changed after its
-// members started on another one: switching would start an empty database.
-func (r *databaseReconciler) reconcileBackend(_ context.Context, s *databaseScope) (ctrl.Result, error) {
+// reconcileBackend settles the backend of a Database that no longer tells
+// it (settleBackend), and stalls a Database whose backend was changed after
+// its members started on another one: switching would start an empty database.
+func (r *databaseReconciler) reconcileBackend(ctx context.Context, s *databaseScope) (ctrl.Result, error) {
+	if res, err := r.settleBackend(ctx, s); err != nil {
+		return res, err
+	}
 	if msg := backendChanged(s.db); msg != "" {
 		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonBackendChanged, errors.New(msg))
 	}
