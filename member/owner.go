@@ -23,10 +23,18 @@ type Owner struct {
 	UID types.UID
 	// HubID is the identity of the hub acting.
 	HubID string
+	// ExactUID, when set, leaves out every object not labelled with UID
+	// (on top of the hub check): the reconnect sweep acts for one Database
+	// UID (its tombstone), never on what a later Database of the same name
+	// wrote or relabelled.
+	ExactUID bool
 }
 
 // owns reports whether obj, found by SelectorFor(o.Namespace, o.Name), is the Owner's.
 func (o Owner) owns(obj client.Object) bool {
+	if o.ExactUID && obj.GetLabels()[fleetv1alpha1.LabelDatabaseUID] != string(o.UID) {
+		return false
+	}
 	if o.HubID == "" {
 		return true
 	}
