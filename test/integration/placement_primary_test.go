@@ -93,8 +93,8 @@ func testPlacementDropsSource(t *testing.T, e *env, sim *cnpgSim) {
 		g.Expect(sw.From).To(Equal("m1"))
 		g.Expect(sw.To).To(Equal("m2"))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-	e.expectPrimaryHeld(g, ns, "orders", "m1")
 	e.primaryKeepsRunning(g, "m1", ns, "orders")
+	e.expectPrimaryHeld(g, ns, "orders", "m1")
 
 	sim.setUnhealthy("m2", false)
 	e.expectStable(g, ns, "orders", "m2", "m2", "m3")
