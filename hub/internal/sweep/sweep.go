@@ -46,11 +46,9 @@ type Plans interface {
 // Database this hub knows to be gone or no longer placed there: a tombstone
 // the hub recorded when it skipped the teardown names the Database's UID and
 // the member, and the policy is the one recorded last for that member. Only
-// objects labelled with that UID are collected, and a tombstone stops
-// applying to a member where a Database of the same name is placed again,
-// or where objects of that name carry another UID (a later Database adopts
-// the objects it finds, claims that keep the earlier labels included).
-// Nothing read back
+// objects labelled with that UID are deleted (member.Owner's ExactUID), and
+// a tombstone stops applying to a member where a Database of the same name
+// is placed again (a later one adopts the objects it finds). Nothing read back
 // from a member decides what is deleted; objects of another hub, and objects
 // written before hub identities, are never swept. It is the reconciler of the member-sweep controller: a request names a member
 // (reconcile.Request.Name), put in its queue by the registry when the member
@@ -183,15 +181,6 @@ func (s *Sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 	if err != nil {
 		return 0, err
 	}
-	// The Database UIDs each name's objects carry here, before tombstones
-	// add what is not found any more.
-	written := map[types.NamespacedName]map[types.UID]bool{}
-	for lo := range found {
-		if written[lo.key] == nil {
-			written[lo.key] = map[types.UID]bool{}
-		}
-		written[lo.key][lo.uid] = true
-	}
 	// Tombstones naming this member count even when nothing of them is
 	// found any more (an earlier pass removed the workload; what is left may
 	// be claims or Secrets): the teardown finishes, and the tombstone goes.
@@ -203,7 +192,7 @@ func (s *Sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 
 	log := ctrl.LoggerFrom(ctx).WithValues("cluster", cluster)
 	for lo := range found {
-		policy, tomb, decided, err := s.decide(ctx, cluster, lo, stones, written[lo.key])
+		policy, tomb, decided, err := s.decide(ctx, cluster, lo, stones)
 		if err != nil {
 			return unsure, err
 		}
@@ -219,8 +208,9 @@ func (s *Sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 			}
 			continue // placed here, or not known to be gone: kept
 		}
-		// Only the objects that carry the tombstone's UID: a later Database
-		// of the same name relabels what it adopts, and what it wrote is its own.
+		// Only the objects that carry the tombstone's UID are deleted: a later
+		// Database of the same name relabels what it adopts, and what it
+		// wrote is its own.
 		owner := member.Owner{Namespace: lo.key.Namespace, Name: lo.key.Name, UID: lo.uid, HubID: s.HubID, ExactUID: true}
 		done, err := member.Teardown(ctx, cl.GetClient(), owner, policy, s.memo)
 		if err != nil {
@@ -245,22 +235,13 @@ func (s *Sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 // tomb tells that a tombstone of this hub names the leftover's Database and
 // this member (without one nothing is collected: the hub does not know the
 // Database to be gone or dropped from here); decided is false while the
-// Database controller has not planned an existing Database yet. uids are
-// the Database UIDs the objects of the leftover's name carry here.
-func (s *Sweeper) decide(ctx context.Context, cluster string, lo leftover, stones map[types.UID]tombstones.Tombstone, uids map[types.UID]bool) (
+// Database controller has not planned an existing Database yet.
+func (s *Sweeper) decide(ctx context.Context, cluster string, lo leftover, stones map[types.UID]tombstones.Tombstone) (
 	policy fleetv1alpha1.DeletionPolicy, tomb, decided bool, err error) {
 	ts, ok := stones[lo.uid]
 	tomb = ok && ts.Namespace == lo.key.Namespace && ts.Name == lo.key.Name && slices.Contains(ts.Members, cluster)
 	if !tomb {
 		return "", false, true, nil
-	}
-	for uid := range uids {
-		if uid != lo.uid {
-			// Another Database of this name (a later one) wrote here since:
-			// it adopted what it found, claims that keep the earlier UID's
-			// labels included. The tombstone no longer applies here.
-			return "", true, true, nil
-		}
 	}
 	var db fleetv1alpha1.Database
 	err = s.hub.Get(ctx, lo.key, &db)
