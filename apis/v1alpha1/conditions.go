@@ -189,6 +189,12 @@ const (
 	ReasonRollingOut = "RollingOut"
 	// ReasonPlaced: placement selected members.
 	ReasonPlaced = "Placed"
+	// ReasonPrimaryHeld (Placed True): a member left the placement (no
+	// longer named or selected, over maxClusters, its tenancy changed) but
+	// holds the primary of a PrimaryStandby Database, or an end of a
+	// switchover under way: it stays placed, nothing is torn down there,
+	// until the primary is switched over to another member.
+	ReasonPrimaryHeld = "PrimaryHeld"
 	// ReasonNoMatchingClusters: placement selected no member.
 	ReasonNoMatchingClusters = "NoMatchingClusters"
 	// ReasonMembersDegraded: at least one member is unreachable, conflicted or failed.
