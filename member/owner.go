@@ -23,10 +23,26 @@ type Owner struct {
 	UID types.UID
 	// HubID is the identity of the hub acting.
 	HubID string
+	// ExactUID, when set, leaves out of what Teardown deletes every object
+	// not labelled with UID (on top of the hub check): the reconnect sweep
+	// acts for one Database UID (its tombstone), never deletes what a later
+	// Database of the same name wrote or relabelled. Releasing (Retain,
+	// Orphan), which deletes nothing, still acts on every UID of the name,
+	// and claims wait for every StatefulSet of the name.
+	ExactUID bool
+}
+
+// anyUID is o without ExactUID.
+func (o Owner) anyUID() Owner {
+	o.ExactUID = false
+	return o
 }
 
 // owns reports whether obj, found by SelectorFor(o.Namespace, o.Name), is the Owner's.
 func (o Owner) owns(obj client.Object) bool {
+	if o.ExactUID && obj.GetLabels()[fleetv1alpha1.LabelDatabaseUID] != string(o.UID) {
+		return false
+	}
 	if o.HubID == "" {
 		return true
 	}

@@ -78,7 +78,10 @@ func Teardown(ctx context.Context, c client.Client, o Owner, policy fleetv1alpha
 	runAll([]func() error{
 		func() error {
 			if deleteOnDelete {
-				workload, wlErr = listManaged(ctx, c, workloadKinds[0], o)
+				// Any StatefulSet of the name holds the claims back, also
+				// one of another UID (ExactUID): a later Database's
+				// StatefulSet may use claims labelled with this one's UID.
+				workload, wlErr = listManaged(ctx, c, workloadKinds[0], o.anyUID())
 			}
 			return nil
 		},
@@ -118,7 +121,10 @@ func removeAndRelease(ctx context.Context, c client.Client, o Owner, policy flee
 		}
 	}
 	for _, k := range release {
-		rest = append(rest, func() error { return releaseManaged(ctx, c, k, o) })
+		// Releasing deletes nothing: it acts on the name's objects of any UID
+		// (ExactUID narrows what is deleted only), so that a claim labelled
+		// with an earlier UID that this Database used is kept unlabelled too.
+		rest = append(rest, func() error { return releaseManaged(ctx, c, k, o.anyUID()) })
 	}
 	if policy == fleetv1alpha1.DeletionPolicyRetain {
 		// Certificates are machinery, not data: they hold private keys and a

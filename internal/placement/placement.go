@@ -28,10 +28,17 @@ type Result struct {
 	// DrainHeld are draining clusters kept because they hold the primary of
 	// a PrimaryStandby Database (a drain never drops a primary).
 	DrainHeld []string
+	// PrimaryHeld are members that left the placement otherwise (no longer
+	// named or selected, over maxClusters, or their tenancy no longer
+	// admits the namespace) but are kept because they hold the primary of
+	// a PrimaryStandby Database (see HoldPrimary).
+	PrimaryHeld []string
 }
 
 // HoldsPrimary reports whether member is, or is becoming, the primary of a
-// PrimaryStandby Database: the one in the spec or the one in the status.
+// PrimaryStandby Database: the one in the spec, the one in the status, or
+// either end of a switchover under way (its source is primary until it is
+// demoted, its target from the promotion on).
 func HoldsPrimary(db *fleetv1alpha1.Database, member string) bool {
 	if db.TopologyMode() != fleetv1alpha1.TopologyPrimaryStandby {
 		return false
@@ -39,7 +46,37 @@ func HoldsPrimary(db *fleetv1alpha1.Database, member string) bool {
 	if t := db.Spec.Topology; t != nil && t.PrimaryCluster == member {
 		return true
 	}
-	return db.Status.Topology != nil && db.Status.Topology.PrimaryCluster == member
+	st := db.Status.Topology
+	if st == nil {
+		return false
+	}
+	if sw := st.Switchover; sw != nil && sw.Finished == nil && (sw.From == member || sw.To == member) {
+		return true
+	}
+	return st.PrimaryCluster == member
+}
+
+// HoldPrimary keeps placed the members of current that res leaves out but
+// that hold the primary of a PrimaryStandby Database (HoldsPrimary): no
+// placement edit, label change or tenancy change tears the primary down
+// before it is switched over, as no drain does (eligible). They are added
+// to res.Targets (beyond maxClusters if need be) and listed in
+// res.PrimaryHeld. registered are all the MemberClusters, whatever their
+// tenancy: a member whose MemberCluster is gone or being deleted is not
+// kept (the hub removes nothing there; status.leftBehind says so).
+func HoldPrimary(db *fleetv1alpha1.Database, res Result, registered []fleetv1alpha1.MemberCluster, current []string) Result {
+	for _, name := range current {
+		if slices.Contains(res.Targets, name) || !HoldsPrimary(db, name) {
+			continue
+		}
+		i := slices.IndexFunc(registered, func(m fleetv1alpha1.MemberCluster) bool { return m.Name == name })
+		if i < 0 || !registered[i].DeletionTimestamp.IsZero() {
+			continue
+		}
+		res.Targets = append(res.Targets, name)
+		res.PrimaryHeld = append(res.PrimaryHeld, name)
+	}
+	return res
 }
 
 // Resolve chooses the members of a Database: the clusters named in

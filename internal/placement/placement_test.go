@@ -92,3 +92,36 @@ func TestResolvePlacement(t *testing.T) {
 		g.Expect(err).To(MatchError(ContainSubstring("clusterSelector")))
 	})
 }
+
+func TestHoldPrimary(t *testing.T) {
+	g := NewWithT(t)
+	fleet := []fleetv1alpha1.MemberCluster{mc("us-1", nil, false), mc("eu-1", nil, false), mc("eu-2", nil, false)}
+	db := &fleetv1alpha1.Database{Spec: fleetv1alpha1.DatabaseSpec{
+		Placement: fleetv1alpha1.PlacementSpec{ClusterNames: []string{"us-1"}},
+		Topology:  &fleetv1alpha1.TopologySpec{Mode: fleetv1alpha1.TopologyPrimaryStandby, PrimaryCluster: "us-1"},
+	}}
+	db.Status.Topology = &fleetv1alpha1.TopologyStatus{PrimaryCluster: "eu-1",
+		Switchover: &fleetv1alpha1.SwitchoverStatus{From: "eu-1", To: "us-1"}}
+	current := []string{"eu-1", "eu-2", "us-1"}
+	placed, err := Resolve(db, fleet, current)
+	g.Expect(err).NotTo(HaveOccurred())
+	got := HoldPrimary(db, placed, fleet, current)
+	g.Expect(got.Targets).To(Equal([]string{"us-1", "eu-1"}), "the source of the switchover under way stays; a standby goes")
+	g.Expect(got.PrimaryHeld).To(Equal([]string{"eu-1"}))
+
+	// Done: the old primary is a standby like any other.
+	done := db.DeepCopy()
+	done.Status.Topology = &fleetv1alpha1.TopologyStatus{PrimaryCluster: "us-1"}
+	g.Expect(HoldPrimary(done, placed, fleet, current).PrimaryHeld).To(BeEmpty())
+
+	// A MemberCluster being deleted is not kept (the hub removes nothing there).
+	going := []fleetv1alpha1.MemberCluster{mc("us-1", nil, false), mc("eu-1", nil, false)}
+	now := metav1.Now()
+	going[1].DeletionTimestamp = &now
+	g.Expect(HoldPrimary(db, placed, going, current).PrimaryHeld).To(BeEmpty())
+
+	// An Independent Database holds no primary.
+	indep := db.DeepCopy()
+	indep.Spec.Topology = nil
+	g.Expect(HoldPrimary(indep, placed, fleet, current).Targets).To(Equal([]string{"us-1"}))
+}

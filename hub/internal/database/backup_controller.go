@@ -236,6 +236,7 @@ func initialRecords(b *fleetv1alpha1.DatabaseBackup, db *fleetv1alpha1.Database)
 		names = placed
 	}
 	placedSet := setOf(placed)
+	names, instead := backupMembers(db, names)
 	out := make([]fleetv1alpha1.BackupRecord, 0, len(names))
 	for _, name := range sortedKeys(setOf(names)) {
 		rec := fleetv1alpha1.BackupRecord{Cluster: name, Phase: fleetv1alpha1.BackupPhasePending, BackupID: backupID(b)}
@@ -245,7 +246,7 @@ func initialRecords(b *fleetv1alpha1.DatabaseBackup, db *fleetv1alpha1.Database)
 		}
 		out = append(out, rec)
 	}
-	return out
+	return withStandbyRecords(out, instead, backupID(b))
 }
 
 func recordFinal(phase string) bool {

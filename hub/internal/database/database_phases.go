@@ -29,10 +29,14 @@ func (r *databaseReconciler) reconcilePlacement(ctx context.Context, s *database
 	if len(denied) > 0 {
 		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonNamespaceNotAllowed, errors.New(placement.NotAllowedMessage(s.db, denied)))
 	}
-	placed, err := placement.Resolve(s.db, admitted, placement.CurrentMembers(s.db))
+	current := placement.CurrentMembers(s.db)
+	placed, err := placement.Resolve(s.db, admitted, current)
 	if err != nil {
 		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonInvalidSpec, err)
 	}
+	// A member leaving the placement by any way but a MemberCluster's
+	// deletion keeps the primary until it is switched over.
+	placed = placement.HoldPrimary(s.db, placed, members.Items, current)
 	s.placement, s.targets = placed, setOf(placed.Targets)
 	return ctrl.Result{}, nil
 }

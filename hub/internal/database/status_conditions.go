@@ -52,6 +52,13 @@ func setPlacedCondition(st *fleetv1alpha1.DatabaseStatus, p placement.Result) {
 	if len(p.DrainHeld) > 0 {
 		msg += "; draining but kept (primary: switch it over first): " + names(p.DrainHeld)
 	}
+	if len(p.PrimaryHeld) > 0 {
+		setCondition(st, fleetv1alpha1.ConditionPlaced, metav1.ConditionTrue, fleetv1alpha1.ReasonPrimaryHeld, fmt.Sprintf(
+			"%s; member(s) %s left the placement but hold the primary: kept, nothing is torn down there; "+
+				"switch over first (set spec.topology.primaryCluster to another placed member), then the removal proceeds",
+			msg, names(p.PrimaryHeld)))
+		return
+	}
 	setCondition(st, fleetv1alpha1.ConditionPlaced, metav1.ConditionTrue, fleetv1alpha1.ReasonPlaced, msg)
 }
 

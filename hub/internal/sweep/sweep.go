@@ -45,7 +45,10 @@ type Plans interface {
 // label, and touches only objects that carry this hub's identity and whose
 // Database this hub knows to be gone or no longer placed there: a tombstone
 // the hub recorded when it skipped the teardown names the Database's UID and
-// the member, and the policy is the one recorded then. Nothing read back
+// the member, and the policy is the one recorded last for that member. Only
+// objects labelled with that UID are deleted (member.Owner's ExactUID), and
+// a tombstone stops applying to a member where a Database of the same name
+// is placed again (a later one adopts the objects it finds). Nothing read back
 // from a member decides what is deleted; objects of another hub, and objects
 // written before hub identities, are never swept. It is the reconciler of the member-sweep controller: a request names a member
 // (reconcile.Request.Name), put in its queue by the registry when the member
@@ -198,14 +201,17 @@ func (s *Sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 			continue
 		}
 		if policy == "" {
-			if tomb { // placed here again: nothing to collect
+			if tomb { // placed here again, or adopted by a later Database: nothing to collect
 				if err := s.Tombstones.Swept(ctx, lo.uid, cluster); err != nil {
 					return unsure, err
 				}
 			}
 			continue // placed here, or not known to be gone: kept
 		}
-		owner := member.Owner{Namespace: lo.key.Namespace, Name: lo.key.Name, UID: lo.uid, HubID: s.HubID}
+		// Only the objects that carry the tombstone's UID are deleted: a later
+		// Database of the same name relabels what it adopts, and what it
+		// wrote is its own.
+		owner := member.Owner{Namespace: lo.key.Namespace, Name: lo.key.Name, UID: lo.uid, HubID: s.HubID, ExactUID: true}
 		done, err := member.Teardown(ctx, cl.GetClient(), owner, policy, s.memo)
 		if err != nil {
 			return unsure, err
@@ -241,7 +247,7 @@ func (s *Sweeper) decide(ctx context.Context, cluster string, lo leftover, stone
 	err = s.hub.Get(ctx, lo.key, &db)
 	switch {
 	case apierrors.IsNotFound(err):
-		return ts.Policy, true, true, nil
+		return ts.PolicyFor(cluster), true, true, nil
 	case err != nil:
 		return "", true, false, err
 	}
@@ -249,13 +255,14 @@ func (s *Sweeper) decide(ctx context.Context, cluster string, lo leftover, stone
 	if !ok || uid != db.UID {
 		return "", true, false, nil
 	}
-	if db.UID == lo.uid && placed {
-		return "", true, true, nil // placed here again: a member sync owns it; the tombstone is stale
-	}
 	if placed {
-		return "", false, true, nil // a Database of the same name runs here now: leave it to its sync
+		// Placed here again (same UID), or a later Database of the same name
+		// runs here now and adopts what it finds (a Retain re-use): its member
+		// sync owns the objects, and the tombstone no longer applies here: it
+		// goes, so that it never collects what the later Database keeps.
+		return "", true, true, nil
 	}
-	return ts.Policy, true, true, nil
+	return ts.PolicyFor(cluster), true, true, nil
 }
 
 // collect notes the Database of a member object this hub wrote.

@@ -26,16 +26,29 @@ const maxTombstones = 500
 
 // Tombstone is the hub's own record of a Database (by UID) whose teardown it
 // skipped in some members (unreachable past spec.teardown.unreachableTimeout):
-// the reconnect sweep collects those members' leftovers with Policy, the
-// policy in force when the teardown was skipped, and never with anything
-// read back from the member.
+// the reconnect sweep collects each member's leftovers with the policy
+// recorded for that member last (PolicyFor), and never with anything read
+// back from the member. It acts only on objects labelled with the UID.
 type Tombstone struct {
-	Namespace string                       `json:"namespace"`
-	Name      string                       `json:"name"`
-	Policy    fleetv1alpha1.DeletionPolicy `json:"policy"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Policy is the policy of members without an entry in Policies
+	// (tombstones written before Policies existed: one policy for all).
+	Policy fleetv1alpha1.DeletionPolicy `json:"policy"`
+	// Policies is the policy recorded last for each member.
+	Policies map[string]fleetv1alpha1.DeletionPolicy `json:"policies,omitempty"`
 	// Members still to sweep.
 	Members  []string  `json:"members"`
 	Recorded time.Time `json:"recorded"`
+}
+
+// PolicyFor is the policy to collect member's leftovers with: the one
+// recorded for it last.
+func (ts Tombstone) PolicyFor(member string) fleetv1alpha1.DeletionPolicy {
+	if p, ok := ts.Policies[member]; ok {
+		return p
+	}
+	return ts.Policy
 }
 
 // Store keeps the tombstones in the TombstonesConfigMap of the hub
@@ -65,7 +78,10 @@ func (t *Store) All(ctx context.Context) (map[types.UID]Tombstone, error) {
 	return decodeTombstones(ctx, &cm), nil
 }
 
-// Record adds member to the tombstone of db, created with policy if new.
+// Record adds member to the tombstone of db with policy: the latest policy
+// recorded for (UID, member) is the one the sweep uses (a placement removal
+// recorded with spec.teardown.onPlacementRemoval, then the deletion with
+// spec.deletionPolicy: the deletion's applies).
 func (t *Store) Record(ctx context.Context, db *fleetv1alpha1.Database, member string, policy fleetv1alpha1.DeletionPolicy) error {
 	return t.update(ctx, func(all map[types.UID]Tombstone) {
 		ts, ok := all[db.UID]
@@ -75,6 +91,10 @@ func (t *Store) Record(ctx context.Context, db *fleetv1alpha1.Database, member s
 		if !slices.Contains(ts.Members, member) {
 			ts.Members = append(ts.Members, member)
 		}
+		if ts.Policies == nil {
+			ts.Policies = map[string]fleetv1alpha1.DeletionPolicy{}
+		}
+		ts.Policies[member] = policy
 		all[db.UID] = ts
 		for len(all) > maxTombstones {
 			oldest := db.UID
@@ -98,6 +118,7 @@ func (t *Store) Swept(ctx context.Context, uid types.UID, member string) error {
 			return
 		}
 		ts.Members = slices.DeleteFunc(ts.Members, func(m string) bool { return m == member })
+		delete(ts.Policies, member)
 		if len(ts.Members) == 0 {
 			delete(all, uid)
 		} else {
