@@ -197,7 +197,7 @@ func (r *memberSyncReconciler) finishRestore(ctx context.Context, c client.Clien
 		return rep, restoreJobPoll, err
 	}
 	job, err := member.RestoreJob(member.RestoreParams{
-		Database: db, Cluster: cluster, SourceDatabase: src.Spec.DatabaseName, BackupID: backupID(src), Attempt: attempt,
+		Database: db, Cluster: cluster, SourceDatabase: src.Spec.DatabaseName, BackupID: src.BackupID(), Attempt: attempt,
 		HubID: r.opts.HubID, ImageRepository: r.opts.ImageRepository, Owner: owner,
 	})
 	if err != nil {
@@ -245,7 +245,7 @@ func (r *memberSyncReconciler) restoreSource(ctx context.Context, db *fleetv1alp
 		return b, restoreWait{}, nil
 	case b.Status.Phase == fleetv1alpha1.BackupPhaseFailed:
 		return nil, unusable("DatabaseBackup " + b.Name + " failed"), nil
-	case rec == nil && len(b.Status.Clusters) > 0, rec != nil && recordFinal(rec.Phase):
+	case rec == nil && len(b.Status.Clusters) > 0, rec != nil && fleetv1alpha1.BackupPhaseFinal(rec.Phase):
 		return nil, unusable("DatabaseBackup " + b.Name + " holds no successful backup of this member"), nil
 	}
 	return nil, restoreWait{reason: fleetv1alpha1.ReasonWaitingForBackup,

@@ -20,6 +20,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
+	"github.com/fleetdb/fleetdb/internal/telemetry"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -45,7 +46,7 @@ func (w *wiring) placementController() error {
 		For(&fleetv1alpha1.DatabasePlacement{}).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: 2, SkipNameValidation: w.skipNames, NeedLeaderElection: ptr.To(false),
-			LogConstructor: reconcileLogs(local.GetLogger(), "placements", func(req *reconcile.Request) []any {
+			LogConstructor: telemetry.ReconcileLogs(local.GetLogger(), "placements", func(req *reconcile.Request) []any {
 				return []any{"placement", req.Name}
 			}),
 		}).

@@ -1,13 +1,13 @@
-package database
+package backup
 
 import (
 	"context"
 	"fmt"
 	"maps"
-	"regexp"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -15,18 +15,9 @@ import (
 	"github.com/fleetdb/fleetdb/member"
 )
 
-var backupIDName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-
 // backupID is the directory of a DatabaseBackup's files in each member
-// (/backups/<namespace>/<database>/<backupID>/ on the backup volume): its
-// name and a hash of its UID (a DatabaseBackup created again under the same
-// name writes elsewhere), or "od-<hash>" for a name that does not fit.
-func backupID(b *fleetv1alpha1.DatabaseBackup) string {
-	if len(b.Name) <= 48 && backupIDName.MatchString(b.Name) {
-		return b.Name + "-" + backupHash(b.UID)[:6]
-	}
-	return "od-" + backupHash(b.UID)
-}
+// (DatabaseBackup.BackupID).
+func backupID(b *fleetv1alpha1.DatabaseBackup) string { return b.BackupID() }
 
 // backupJobLabels select a DatabaseBackup's member Jobs (backup and cleanup).
 func backupJobLabels(b *fleetv1alpha1.DatabaseBackup, hubID string) map[string]string {
@@ -74,7 +65,7 @@ func backupLocation(ctx context.Context, live client.Reader, b *fleetv1alpha1.Da
 	}
 	var pods corev1.PodList
 	if err := live.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.JobNameLabel: job.Name}); err != nil {
-		if isForbidden(err) {
+		if apierrors.IsForbidden(err) {
 			// A member whose RBAC predates the pods rule: the layout says where, the size stays unknown.
 			return loc, nil, nil
 		}

@@ -1,4 +1,4 @@
-package database
+package backup
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
+	"github.com/fleetdb/fleetdb/hub/internal/queue"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
 )
 
@@ -65,7 +66,7 @@ func (r *backupReconciler) reconcileBackupDelete(ctx context.Context, b *fleetv1
 				}
 			default:
 				pending++
-				requeue = minPositive(requeue, out.requeue)
+				requeue = queue.Sooner(requeue, out.requeue)
 			}
 		}()
 	}
