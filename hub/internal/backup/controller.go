@@ -272,7 +272,6 @@ func (r *backupReconciler) stamp() metav1.Time {
 	return metav1.NewTime(r.now().Truncate(time.Second))
 }
 
-
 // writeBackupStatus patches the status when it changed.
 func (r *backupReconciler) writeBackupStatus(ctx context.Context, b *fleetv1alpha1.DatabaseBackup, st fleetv1alpha1.DatabaseBackupStatus) error {
 	if apiequality.Semantic.DeepEqual(b.Status, st) {

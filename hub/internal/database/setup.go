@@ -23,6 +23,7 @@ import (
 	"github.com/fleetdb/fleetdb/clusters"
 	"github.com/fleetdb/fleetdb/hub/internal/backup"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
+	"github.com/fleetdb/fleetdb/hub/internal/sharding"
 	"github.com/fleetdb/fleetdb/hub/internal/sweep"
 	"github.com/fleetdb/fleetdb/hub/internal/tombstones"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
@@ -139,7 +140,7 @@ func (w *wiring) memberSyncController() error {
 	mgr := w.mgr
 	if w.shard != nil {
 		// Sharded, every replica syncs the members it owns.
-		mgr = everyReplica{w.mgr}
+		mgr = sharding.EveryReplica{Manager: w.mgr}
 	}
 	b := mcbuilder.ControllerManagedBy(mgr).Named("member-sync")
 	memberOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(false), mcbuilder.WithEngageWithProviderClusters(true)}
@@ -171,7 +172,7 @@ func (w *wiring) sweepController() error {
 	sw := sweep.New(w.mgr, local.GetClient(), w.state, w.provider, w.memo, w.opts.MemberCallTimeout)
 	sw.HubID, sw.Tombstones = w.opts.HubID, w.tombstones
 	if w.shard != nil {
-		sw.Owns = w.shard.coord.owns
+		sw.Owns = w.shard.coord.Owns
 	}
 	return ctrl.NewControllerManagedBy(local).
 		Named("member-sweep").
