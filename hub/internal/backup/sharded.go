@@ -7,7 +7,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"

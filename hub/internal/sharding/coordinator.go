@@ -227,6 +227,7 @@ func CacheOptions(o *cache.Options, namespace string) {
 // controller of a sharded hub is added through it.
 type EveryReplica struct{ mcmanager.Manager }
 
+// Add adds r to run on every replica.
 func (m EveryReplica) Add(r mcmanager.Runnable) error {
 	return m.Manager.Add(leaderlessAware{r})
 }
