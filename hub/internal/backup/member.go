@@ -82,6 +82,11 @@ func (r *backupReconciler) stepBackup(ctx context.Context, c client.Client, live
 		rec.Message = "a Job named " + job.Name + " exists in the member and is not this backup's"
 		return rec, 0, nil
 	}
+	if why := r.untrusted(&job, b, db, rec.Cluster); why != "" {
+		rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, &now
+		rec.Message = statusmsg.Bound(why)
+		return rec, 0, nil
+	}
 	if rec.Started == nil {
 		rec.Started = job.CreationTimestamp.DeepCopy()
 	}

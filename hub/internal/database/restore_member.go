@@ -3,6 +3,7 @@ package database
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -113,6 +114,9 @@ func (r *memberSyncReconciler) prepareRestore(ctx context.Context, c client.Clie
 	}
 	jobs, err := restoreJobs(ctx, live, db, r.opts.HubID)
 	if err != nil {
+		return nil, err
+	}
+	if jobs, err = r.trustedRestoreJobs(ctx, db, cluster, jobs); err != nil {
 		return nil, err
 	}
 	mr.jobs = jobs
@@ -293,6 +297,37 @@ func (r *memberSyncReconciler) restoreOwner(ctx context.Context, c client.Client
 // restoreJobs lists this hub's restore Jobs of the Database, oldest attempt first.
 func restoreJobs(ctx context.Context, live client.Reader, db *fleetv1alpha1.Database, hubID string) ([]*batchv1.Job, error) {
 	return memberjob.List(ctx, live, db.Namespace, member.RestoreJobLabels(db), hubID, fleetv1alpha1.AnnotationRestoreAttempt, "restore")
+}
+
+// trustedRestoreJobs keeps the restore Jobs the hub renders for db in
+// cluster: named as the hub names their attempt, and running the pod the
+// hub renders for it (memberjob.SamePod, the final backup's check). A Job
+// that only carries the restore's labels and the hub identity (anyone who
+// may create Jobs in the namespace can copy them) is never taken as the
+// restore's result, nor as a failed attempt. Without the DatabaseBackup
+// there is nothing to check against: none is kept.
+func (r *memberSyncReconciler) trustedRestoreJobs(ctx context.Context, db *fleetv1alpha1.Database, cluster string, jobs []*batchv1.Job) ([]*batchv1.Job, error) {
+	if len(jobs) == 0 {
+		return jobs, nil
+	}
+	src := &fleetv1alpha1.DatabaseBackup{}
+	if err := r.hub.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Spec.RestoreFrom.BackupName}, src); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading the database backup: %w", err)
+	}
+	return slices.DeleteFunc(slices.Clone(jobs), func(j *batchv1.Job) bool {
+		attempt := restoreAttempt(j)
+		if j.Name != member.RestoreJobName(db.Name, string(db.UID), attempt) {
+			return true
+		}
+		want, err := member.RestoreJob(member.RestoreParams{
+			Database: db, Cluster: cluster, SourceDatabase: src.Spec.DatabaseName, BackupID: src.BackupID(), Attempt: attempt,
+			HubID: r.opts.HubID, ImageRepository: r.opts.ImageRepository,
+		})
+		return err != nil || !memberjob.SamePod(j, want)
+	}), nil
 }
 
 func restoreAttempt(j *batchv1.Job) int {
