@@ -45,14 +45,24 @@ func forgeJob(g Gomega, e *env, m, ns, name string, labels, annotations map[stri
 
 func testForgedOnDemandJob(t *testing.T, e *env, ns string) {
 	g := NewWithT(t)
-	// The backup is created before its Database, so the forged Job is in
-	// place before the hub could start its own.
-	g.Expect(e.hub.Create(e.ctx, newBackup(ns, "forged", "later", "", "m1"))).To(Succeed())
-	b := e.getBackup(g, ns, "forged")
+	// The Database is placed but not Ready in m1, so the hub waits before
+	// it starts its own backup Job: the forged one is in place first.
+	e.sim.enable("m1", false)
 	db := newDB(ns, "later", "m1")
+	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getDB(ns, "later").Status.Clusters).To(ContainElement(HaveField("Name", "m1")))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.hub.Create(e.ctx, newBackup(ns, "forged", "later", "", "m1"))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		rec := e.getBackup(g, ns, "forged").Record("m1")
+		g.Expect(rec).NotTo(BeNil())
+		g.Expect(rec.Message).To(ContainSubstring("waiting for the Database to be Ready"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	b := e.getBackup(g, ns, "forged")
 	name := "later-bk-" + b.UIDHash()
 	forgeJob(g, e, "m1", ns, name, member.BackupJobLabels(db, e.hubID(g), fleetv1alpha1.BackupKindOnDemand, b.BackupID()), nil)
-	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
+	e.sim.enable("m1", true)
 
 	var rec *fleetv1alpha1.BackupRecord
 	g.Eventually(func(g Gomega) {
