@@ -88,7 +88,7 @@ MSG
 hub_cmd() { # hub_cmd <replica index from 0>: sets hub=(command line)
 	local i=$1
 	hub=(bin/fleetdb-hub --kubeconfig "$HUB_IDENTITY_KUBECONFIG" --dev-logs --leader-elect --replica-name "hub-$i"
-		--metrics-bind-address "127.0.0.1:$((${METRICS_PORT:-8080} + 2 * i))"
+		--metrics-bind-address "127.0.0.1:$((${METRICS_PORT:-8080} + 2 * i))" --metrics-secure=false
 		--health-probe-bind-address "127.0.0.1:$((${HEALTH_PORT:-8081} + 2 * i))" "${hub_extra[@]}")
 }
 hub_extra=("$@")

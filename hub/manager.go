@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -44,6 +43,12 @@ type Config struct {
 	Registry clusters.Options
 	// MetricsAddr and HealthAddr are the listen addresses ("0" disables).
 	MetricsAddr, HealthAddr string
+	// MetricsSecure serves metrics over HTTPS to authenticated and
+	// authorized scrapers only (metricsOptions); false: plain HTTP, open.
+	MetricsSecure bool
+	// MetricsCertDir holds the metrics endpoint's tls.crt and tls.key
+	// (empty or without them: a self-signed certificate made at start).
+	MetricsCertDir string
 	// PprofAddr serves net/http/pprof when set (empty or "0": off).
 	PprofAddr string
 	// LeaderElection elects the one replica that acts (Lease
@@ -110,7 +115,7 @@ func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.P
 		Cache:                  hubCacheOptions(opts.HubNamespace),
 		Logger:                 cfg.Logger,
 		Controller:             config.Controller{SkipNameValidation: ptr.To(cfg.SkipControllerNameValidation)},
-		Metrics:                metricsserver.Options{BindAddress: orDisabled(cfg.MetricsAddr)},
+		Metrics:                metricsOptions(cfg),
 		HealthProbeBindAddress: orDisabled(cfg.HealthAddr),
 		PprofBindAddress:       orDisabled(cfg.PprofAddr),
 	}

@@ -1,12 +1,14 @@
 package member
 
 import (
+	"context"
 	"errors"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 )
@@ -66,4 +68,28 @@ func isStatusForMissingResource(err error) bool {
 	}
 	d := status.Status().Details
 	return d == nil || d.Name == ""
+}
+
+// RunningBackends says which backends the Owner's Database runs on in this
+// member, from the workload objects there (never from what the hub
+// recorded): CloudNativePG for a Cluster of the Owner's, StatefulSet for a
+// StatefulSet of the Owner's (see Owner); none when neither is there. The
+// hub reads it for a Database whose backend it no longer knows.
+func RunningBackends(ctx context.Context, c client.Reader, o Owner) ([]fleetv1alpha1.Backend, error) {
+	var out []fleetv1alpha1.Backend
+	clusters, err := listManagedClusters(ctx, c, o)
+	if err != nil {
+		return nil, err
+	}
+	if len(clusters) > 0 {
+		out = append(out, fleetv1alpha1.BackendCloudNativePG)
+	}
+	sts, err := listManaged(ctx, c, workloadKinds[0], o)
+	if err != nil {
+		return nil, err
+	}
+	if len(sts) > 0 {
+		out = append(out, fleetv1alpha1.BackendStatefulSet)
+	}
+	return out, nil
 }

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 )
 
 // DefaultCNPGImageRepository is where CloudNativePG's postgres operand images
@@ -334,13 +335,9 @@ func cnpgMessage(s cnpgStatus) string {
 	return msg
 }
 
-// boundMessage cuts a message to the API's bound.
-func boundMessage(s string) string {
-	if len(s) > maxMessage {
-		return s[:maxMessage]
-	}
-	return s
-}
+// boundMessage cuts a message to the API's bound, on a rune boundary (a
+// message cut inside a UTF-8 character is refused by the API server).
+func boundMessage(s string) string { return statusmsg.Truncate(s, maxMessage) }
 
 // tagOf is the tag of an image reference ("" without one).
 func tagOf(image string) string {

@@ -81,9 +81,7 @@ func Observe(ctx context.Context, c client.Reader, db *fleetv1alpha1.Database, c
 	if st.Phase == fleetv1alpha1.ClusterPhaseReady && endpoint == "" {
 		st.Phase, st.Message = fleetv1alpha1.ClusterPhaseProvisioning, "the client Service does not exist yet"
 	}
-	if len(st.Message) > maxMessage {
-		st.Message = st.Message[:maxMessage]
-	}
+	st.Message = boundMessage(st.Message)
 	return st, nil
 }
 

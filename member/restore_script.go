@@ -55,30 +55,53 @@ grep -q '"engine":"` + engine + `"' "$BACKUP_DIR/manifest.json" ||
 `
 }
 
-// postgresRestore: the globals (roles without passwords) where the user may
-// create them, then every database dump into the database of its name
-// (created when missing, refused when it holds relations), in one
-// transaction each, owned by the restoring user.
+// postgresRestore: every database dump into the existing database of its
+// name, or, when the target has none, into a database it creates where the
+// user may (CREATEDB), else into the user's own application database (the
+// one named after the user, which CloudNativePG's initdb and the postgres
+// image create and the user owns; once); refused when the target database
+// holds relations. Each in one transaction, with no ownership or privilege
+// statement (--no-owner --no-privileges): the objects are the restoring
+// user's. CloudNativePG's application user owns its database but may not
+// CREATE DATABASE nor create roles, and a restore works with just that
+// (shown against PostgreSQL by test/engines
+// TestPostgresRestoreAsApplicationUser). Then the globals (roles without
+// passwords) where the user may create them.
 var postgresRestore = restorePrelude + restoreEngine("postgres") + `export PGHOST="$DB_HOST" PGPORT="$DB_PORT" PGDATABASE=postgres PGCONNECT_TIMEOUT=10
 q() { psql -X -w -Atq -v ON_ERROR_STOP=1 "$@"; }
+dbname_of() { pg_restore -l "$1" | sed -n 's/^;[[:space:]]*[Dd][Bb][Nn]ame: //p' | head -n 1; }
 step=connect
 q -c 'SELECT 1' >/dev/null
+createdb=$(q -c 'SELECT rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user')
+appdb=$(q -c 'SELECT datname FROM pg_database WHERE datname = current_user')
+# The application database takes a missing database only if no dump goes
+# there by its own name.
+for dump in "$BACKUP_DIR"/db-*.dump; do
+  [ -f "$dump" ] || continue
+  step="read $(basename "$dump")"
+  [ "$(dbname_of "$dump")" != "$appdb" ] || appdb=
+done
 count=0
 for dump in "$BACKUP_DIR"/db-*.dump; do
   [ -f "$dump" ] || continue
   step="read $(basename "$dump")"
-  name=$(pg_restore -l "$dump" | sed -n 's/^;[[:space:]]*[Dd][Bb][Nn]ame: //p' | head -n 1)
+  name=$(dbname_of "$dump")
   [ -n "$name" ] || exit 5
-  printf '%s' "$name" >"$tmpd/name"
   step="check the target database of $(basename "$dump")"
   exists=$(q -v name="$name" -f - <<'SQL'
 SELECT count(*) FROM pg_database WHERE datname = :'name';
 SQL
 )
-  if [ "$exists" = 0 ]; then
+  if [ "$exists" = 0 ] && [ "$createdb" = t ]; then
     q -v name="$name" -f - <<'SQL'
 CREATE DATABASE :"name";
 SQL
+  elif [ "$exists" = 0 ] && [ -n "$appdb" ]; then
+    echo "restore: the target has no database of the name of $(basename "$dump") and the user may not create one: restoring it into the user's database"
+    name=$appdb appdb=
+  elif [ "$exists" = 0 ]; then
+    echo "restore: the target has no database of the name of $(basename "$dump"), the user may not create databases (CloudNativePG's application user has no CREATEDB) and its own database is taken" >&2
+    exit 7
   fi
   used=$(PGDATABASE="$name" q -c "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_toast%' AND n.nspname NOT LIKE 'pg\_temp%'")
   if [ "$used" != 0 ]; then

@@ -229,6 +229,12 @@ const (
 	// ReasonBackendChanged: spec.backend names another backend than the one
 	// the members run; fleetdb does not move data between backends.
 	ReasonBackendChanged = "BackendChanged"
+	// ReasonBackendUnknown: the hub cannot tell which backend the members run
+	// a Database that was placed on (the fleetdb.io/backend annotation was
+	// removed and the status names none): it writes to no member, reads the
+	// members until one shows what it runs, and records that; it never
+	// guesses. The message says what it waits for.
+	ReasonBackendUnknown = "BackendUnknown"
 
 	// ReasonRotating: a credential rotation is under way; the message says
 	// which members switched and which still run or wait.
@@ -326,6 +332,12 @@ const (
 	// ReasonFenced: an old primary replaced by a forced promotion has not yet
 	// come back as a healthy standby of the new primary.
 	ReasonFenced = "Fenced"
+	// ReasonAbortWaitingForDemotion: spec.topology.primaryCluster was set
+	// back to the old primary while CloudNativePG was still demoting it
+	// (its Cluster's status.switchReplicaClusterStatus.inProgress):
+	// CloudNativePG's webhook refuses changing its role back until the
+	// demotion finished, so the abort is taken once it reports it did.
+	ReasonAbortWaitingForDemotion = "AbortWaitingForDemotion"
 	// ReasonSwitchoverAborted (Event): spec.topology.primaryCluster was set
 	// back before the promotion; the old primary stays primary.
 	ReasonSwitchoverAborted = "SwitchoverAborted"
@@ -430,31 +442,48 @@ func (d *Database) EffectiveUnreachableTimeout() time.Duration {
 	return DefaultUnreachableTimeout
 }
 
-// EffectiveBackend is the backend the members run:
+// EffectiveBackend is the backend the members run: KnownBackend's, or,
+// when that is unknown, StatefulSet (what a Database placed before backends
+// existed runs). The hub writes to no member of a Database whose backend is
+// unknown: it first reads what the members run and records it (a removed
+// annotation must not move a CloudNativePG Database to an empty StatefulSet).
+func (d *Database) EffectiveBackend() Backend {
+	if b, ok := d.KnownBackend(); ok {
+		return b
+	}
+	return BackendStatefulSet
+}
+
+// KnownBackend is the backend the members run, as far as the Database
+// itself tells:
 //
 //   - the one the hub recorded in AnnotationBackend at the first placement;
 //   - else (the annotation was removed by hand) the one the members report
 //     in status.clusters;
-//   - else, for a Database that already carries the teardown finalizer (it
-//     was placed by a fleetdb that had only the StatefulSet backend), StatefulSet:
-//     moving it would start an empty database;
-//   - else DesiredBackend.
-func (d *Database) EffectiveBackend() Backend {
+//   - else, for a Database not placed yet (no teardown finalizer),
+//     DesiredBackend (the first placement records it).
+//
+// ok is false for a Database that was placed (it carries the teardown
+// finalizer) but tells neither: its annotation was removed while the status
+// names no backend (written while the members were unreachable), or it was
+// placed by a fleetdb that had only the StatefulSet backend. Only its
+// members can tell then.
+func (d *Database) KnownBackend() (b Backend, ok bool) {
 	switch b := Backend(d.Annotations[AnnotationBackend]); b {
 	case BackendCloudNativePG, BackendStatefulSet:
-		return b
+		return b, true
 	}
 	for _, c := range d.Status.Clusters {
 		if c.Backend == BackendCloudNativePG || c.Backend == BackendStatefulSet {
-			return c.Backend
+			return c.Backend, true
 		}
 	}
 	for _, f := range d.Finalizers {
 		if f == TeardownFinalizer {
-			return BackendStatefulSet
+			return "", false
 		}
 	}
-	return d.DesiredBackend()
+	return d.DesiredBackend(), true
 }
 
 // DesiredBackend is spec.backend, or the engine's default: CloudNativePG for

@@ -44,6 +44,20 @@ const (
 	DeletionPolicyOrphan DeletionPolicy = "Orphan"
 )
 
+// Major version changes (transition rules; the defaults '17' and '8.4' are
+// DefaultPostgresVersion and DefaultMySQLVersion). The data files of a major
+// are not readable by an older one: CloudNativePG's webhook refuses a major
+// downgrade, and a major upgrade to a version before 16
+// (validateImageChange in internal/webhook/v1/cluster_webhook.go,
+// CloudNativePG v1.30.0). A major upgrade on CloudNativePG is an offline
+// pg_upgrade that each Cluster runs on its own (docs/src/postgres_upgrades.md,
+// v1.30.0): a PrimaryStandby standby member, a replica Cluster, cannot follow
+// its primary across it, so it is refused there. The StatefulSet backend has
+// no pg_upgrade: a postgres server does not start on another major's data
+// directory (ValidatePgVersion, src/backend/utils/init/miscinit.c), so a
+// postgres major change is refused there; mysqld upgrades its data dictionary
+// in place on start (8.0 to 8.4) but cannot go back.
+
 // DatabaseSpec is the desired state of a Database across the fleet.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.overrides) || self.overrides.all(o, o.clusterNames.all(n, self.overrides.exists_one(p, n in p.clusterNames)))",message="spec.overrides: a cluster name may appear in only one override"
@@ -54,6 +68,11 @@ const (
 // +kubebuilder:validation:XValidation:rule="(has(self.topology) ? self.topology.mode : 'Independent') == (has(oldSelf.topology) ? oldSelf.topology.mode : 'Independent')",message="spec.topology.mode is immutable (create a new Database to change it)"
 // +kubebuilder:validation:XValidation:rule="!has(self.restoreFrom) || !has(self.topology) || self.topology.mode != 'PrimaryStandby'",message="spec.restoreFrom is not supported with topology PrimaryStandby yet (standbys copy the primary; restore into an Independent Database)"
 // +kubebuilder:validation:XValidation:rule="has(self.restoreFrom) == has(oldSelf.restoreFrom) && (!has(self.restoreFrom) || self.restoreFrom == oldSelf.restoreFrom)",message="spec.restoreFrom is immutable (it applies when the Database is created)"
+// +kubebuilder:validation:XValidation:rule="self.engine != 'postgres' || int((has(self.version) ? string(self.version) : '17').split('.')[0]) >= int((has(oldSelf.version) ? string(oldSelf.version) : '17').split('.')[0])",message="spec.version: a postgres major version cannot go down (the data files are in the newer major's format; CloudNativePG refuses it too): to run an older major, create a new Database on it and restore a backup of this one into it"
+// +kubebuilder:validation:XValidation:rule="self.engine != 'postgres' || int((has(self.version) ? string(self.version) : '17').split('.')[0]) <= int((has(oldSelf.version) ? string(oldSelf.version) : '17').split('.')[0]) || int((has(self.version) ? string(self.version) : '17').split('.')[0]) >= 16",message="spec.version: a postgres major upgrade must go to 16 or later (CloudNativePG's pg_upgrade refuses older targets)"
+// +kubebuilder:validation:XValidation:rule="self.engine != 'postgres' || !has(self.topology) || self.topology.mode != 'PrimaryStandby' || int((has(self.version) ? string(self.version) : '17').split('.')[0]) <= int((has(oldSelf.version) ? string(oldSelf.version) : '17').split('.')[0])",message="spec.version: a PrimaryStandby Database cannot change its postgres major in place (each member would run pg_upgrade on its own and the standby members cannot follow the primary across majors): take a DatabaseBackup, create a new Independent Database on the new major with spec.restoreFrom that backup, and move the clients to it"
+// +kubebuilder:validation:XValidation:rule="self.engine != 'postgres' || !has(self.backend) || self.backend != 'StatefulSet' || int((has(self.version) ? string(self.version) : '17').split('.')[0]) == int((has(oldSelf.version) ? string(oldSelf.version) : '17').split('.')[0])",message="spec.version: the StatefulSet backend cannot change the postgres major (it has no pg_upgrade, and postgres does not start on another major's data files): take a DatabaseBackup and restore it into a new Database on the new major (or use backend CloudNativePG)"
+// +kubebuilder:validation:XValidation:rule="self.engine != 'mysql' || int((has(self.version) ? string(self.version) : '8.4').split('.')[0]) > int((has(oldSelf.version) ? string(oldSelf.version) : '8.4').split('.')[0]) || (int((has(self.version) ? string(self.version) : '8.4').split('.')[0]) == int((has(oldSelf.version) ? string(oldSelf.version) : '8.4').split('.')[0]) && (size((has(self.version) ? string(self.version) : '8.4').split('.')) < 2 || size((has(oldSelf.version) ? string(oldSelf.version) : '8.4').split('.')) < 2 || int((has(self.version) ? string(self.version) : '8.4').split('.')[1]) >= int((has(oldSelf.version) ? string(oldSelf.version) : '8.4').split('.')[1])))",message="spec.version: a mysql version cannot go back to an older series (mysqld upgraded the data dictionary in place): to run an older version, create a new Database on it and restore a backup of this one into it"
 type DatabaseSpec struct {
 	// Engine is the database engine. It cannot be changed after creation.
 	// +required
@@ -65,13 +84,17 @@ type DatabaseSpec struct {
 	// only) or StatefulSet (one independent server per member, so replicas
 	// must be 1). When empty the hub decides once, at the first placement, and
 	// records it in the fleetdb.io/backend annotation: CloudNativePG for
-	// postgres, StatefulSet for mysql, and StatefulSet for a Database that
-	// fleetdb placed before backends existed (see Database.EffectiveBackend).
+	// postgres, StatefulSet for mysql; for a Database placed before backends
+	// existed (or whose annotation was removed), the backend its members run,
+	// read there: never a guess (see Database.KnownBackend).
 	// +optional
 	Backend Backend `json:"backend,omitempty"`
 
 	// Version is the engine version, such as "17" or "8.4". When empty the hub
-	// uses the engine's default (postgres 17, mysql 8.4).
+	// uses the engine's default (postgres 17, mysql 8.4). The API server
+	// refuses a major downgrade, a postgres major upgrade to before 16, and a
+	// postgres major change of a PrimaryStandby Database or on the
+	// StatefulSet backend (see docs/cloudnativepg.md).
 	// +optional
 	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:MaxLength=32
@@ -150,6 +173,7 @@ type StorageSpec struct {
 	// +required
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="spec.storage.size must be greater than 0"
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Ti')) <= 0",message="spec.storage.size must be at most 64Ti"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",message="spec.storage.size cannot shrink: volume claims only grow (CloudNativePG's webhook refuses a smaller size too, validateStorageConfigurationChange in internal/webhook/v1/cluster_webhook.go, v1.30.0)"
 	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:MaxLength=32
 	Size resource.Quantity `json:"size"`

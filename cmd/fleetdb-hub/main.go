@@ -31,6 +31,9 @@ func main() {
 		devLogs bool
 	)
 	flag.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables)")
+	flag.BoolVar(&cfg.MetricsSecure, "metrics-secure", true,
+		"serve metrics over HTTPS to scrapers the hub's API server authenticates and authorizes (get on /metrics); false: plain HTTP open to anyone who reaches it (local runs)")
+	flag.StringVar(&cfg.MetricsCertDir, "metrics-cert-dir", "", "directory of the metrics endpoint's tls.crt and tls.key (default: a self-signed certificate made at start)")
 	flag.StringVar(&cfg.HealthAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints (0 disables)")
 	flag.StringVar(&cfg.PprofAddr, "pprof-bind-address", "", "address of the net/http/pprof endpoint, e.g. 127.0.0.1:6060 (empty: off)")
 	flag.BoolVar(&cfg.LeaderElection.Enabled, "leader-elect", false, "elect a leader so that only one hub replica acts")

@@ -241,3 +241,56 @@ func envValue(c corev1.Container, name string) string {
 	}
 	return ""
 }
+
+// TestPostgresRestoreAsApplicationUser: the restore works with the rights
+// CloudNativePG gives its application user (it owns its database; no
+// superuser, no CREATEDB, no CREATEROLE): a backup whose database has
+// another name than the target's goes into the user's existing database,
+// with the objects owned by the user, and nothing is created. A backup that
+// would need a second database the user may not create is refused, saying so.
+func TestPostgresRestoreAsApplicationUser(t *testing.T) {
+	src := startPostgres(t)
+	src.sql(t, "postgres", `CREATE ROLE app LOGIN PASSWORD '`+appPassword+`'`)
+	src.sql(t, "postgres", `CREATE DATABASE shop OWNER app`)
+	sqlInDatabase(t, src, "shop", `SET ROLE app; CREATE TABLE items (id serial PRIMARY KEY, name text NOT NULL);
+INSERT INTO items (name) SELECT 'item ' || g FROM generate_series(1, 50) g;
+CREATE SCHEMA billing; CREATE TABLE billing.invoices (id int PRIMARY KEY, item int REFERENCES items(id)); INSERT INTO billing.invoices VALUES (1, 7)`)
+	dir := onDemandBackup(t, fleetv1alpha1.EnginePostgres, fleetv1alpha1.BackendCloudNativePG, src.port)
+
+	// The new Database's Cluster as CloudNativePG's initdb leaves it.
+	appServer := func() *pgServer {
+		dst := startPostgres(t)
+		dst.sql(t, "postgres", `CREATE ROLE app LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD '`+restoredPassword+`'`)
+		dst.sql(t, "postgres", `CREATE DATABASE app OWNER app`)
+		return dst
+	}
+	c := restoreContainer(t, fleetv1alpha1.EnginePostgres, fleetv1alpha1.BackendCloudNativePG)
+	dst := appServer()
+	out, msg, err := runRestore(t, c, dst.port, dir)
+	if err != nil || !strings.Contains(msg, `"phase":"Succeeded"`) {
+		t.Fatalf("the restore as the application user failed: %v\n%s\nresult: %s", err, out, msg)
+	}
+	for _, q := range []string{"SELECT count(*), max(id) FROM items", "SELECT string_agg(id || ':' || item, ',') FROM billing.invoices"} {
+		want, got := sqlInDatabase(t, src, "shop", q), dst.sql(t, "app", q)
+		if want != got || want == "" {
+			t.Fatalf("%s: source %q, restored into app %q", q, want, got)
+		}
+	}
+	if got := dst.sql(t, "postgres", "SELECT count(*) FROM pg_database WHERE datname = 'shop'"); got != "0" {
+		t.Fatal("a database was created")
+	}
+	if got := dst.sql(t, "app", "SELECT string_agg(DISTINCT pg_get_userbyid(relowner), ',') FROM pg_class WHERE relname IN ('items', 'invoices')"); got != "app" {
+		t.Fatalf("the restored tables belong to %q, not the application user", got)
+	}
+	dst.sql(t, "app", "SET ROLE app; INSERT INTO items (name) VALUES ('after')")
+
+	// Two application databases in the backup, one of the target's name: the
+	// other has nowhere to go.
+	src.sql(t, "postgres", `CREATE DATABASE app OWNER app`)
+	sqlInDatabase(t, src, "app", `SET ROLE app; CREATE TABLE notes (v text); INSERT INTO notes VALUES ('n')`)
+	two := onDemandBackup(t, fleetv1alpha1.EnginePostgres, fleetv1alpha1.BackendCloudNativePG, src.port)
+	out, msg, err = runRestore(t, c, appServer().port, two)
+	if err == nil || !strings.Contains(out, "may not create databases") || !strings.Contains(msg, `"phase":"Failed"`) {
+		t.Fatalf("a backup needing a database the user may not create: want refused, got %v\n%s", err, out)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -144,7 +145,9 @@ func testCNPGRetain(t *testing.T, e *env, ns string) {
 
 // testLegacyBackend: a postgres Database stored before backends existed (no
 // spec.backend, no backend annotation, the teardown finalizer already on)
-// keeps running on the StatefulSet backend, and asking it to move is refused.
+// waits while no member shows what it runs (BackendUnknown: the hub never
+// guesses), then keeps running on the StatefulSet backend its member runs
+// (read there and recorded), and asking it to move is refused.
 func testLegacyBackend(t *testing.T, e *env) {
 	g := NewWithT(t)
 	ns := e.namespace("legacy")
@@ -154,8 +157,20 @@ func testLegacyBackend(t *testing.T, e *env) {
 	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		db := e.getDB(ns, "old")
-		g.Expect(db.Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+		ready := condition(db.Status.Conditions, fleetv1alpha1.ConditionReady)
+		g.Expect(ready.Reason).To(Equal(fleetv1alpha1.ReasonBackendUnknown))
+		g.Expect(ready.Message).To(ContainSubstring("no member runs this Database"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "old"}, &appsv1.StatefulSet{})).NotTo(Succeed(), "nothing written while unknown")
+	g.Expect(clusterInstances(e, "m1", ns, "old")).To(BeEquivalentTo(-1), "no Cluster")
+
+	// What the earlier fleetdb left running in m1.
+	e.legacyStatefulSet(g, "m1", e.getDB(ns, "old"))
+	g.Eventually(func(g Gomega) {
+		db := e.getDB(ns, "old")
+		g.Expect(db.Status.Phase).To(Equal(fleetv1alpha1.PhaseReady), "%+v", db.Status.Clusters)
 		g.Expect(clusterEntry(db, "m1").Backend).To(Equal(fleetv1alpha1.BackendStatefulSet))
+		g.Expect(db.Annotations).To(HaveKeyWithValue(fleetv1alpha1.AnnotationBackend, "StatefulSet"), "read in m1 and recorded")
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	g.Expect(clusterInstances(e, "m1", ns, "old")).To(BeEquivalentTo(-1), "no Cluster")
 

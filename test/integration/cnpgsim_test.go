@@ -25,8 +25,20 @@ import (
 // delay (status.demotionToken, a random string; switch no longer in
 // progress); a standby whose spec.replica.primary names itself promotes
 // with promotionToken == a demotion token it issued (status.lastPromotionToken)
-// or, without a token, at once (a forced promotion). Knobs: frozen members
-// are not touched at all; unhealthy members never turn healthy.
+// or, without a token, at once (a forced promotion). As CloudNativePG
+// v1.30.0 does: status.lastPromotionToken is cleared once spec.replica has
+// no promotionToken, and status.demotionToken once the Cluster is a primary
+// (updateResourceStatus, internal/controller/cluster_status.go); a token
+// rendered again after it was used and cleared puts the Cluster into phase
+// "Cluster is unrecoverable and needs manual intervention" (the instance
+// manager's verifyPromotionToken, internal/management/controller/
+// instance_controller.go and instance_token.go: ShouldPromoteFromReplicaCluster
+// in api/v1/cluster_funcs.go is true for any token other than
+// lastPromotionToken, and an old token's timeline or LSN is behind the
+// instance's, which pkg/promotiontoken/promotion_token.go refuses as not
+// retryable). Knobs: frozen members are not touched at all; unhealthy
+// members never turn healthy; a member whose demotion is held reports it in
+// progress (switchReplicaClusterStatus.inProgress) and does not finish it.
 type cnpgSim struct {
 	e     *env
 	delay time.Duration
@@ -37,11 +49,40 @@ type cnpgSim struct {
 	tokens    map[string]bool      // demotion tokens issued
 	frozen    map[string]bool
 	unhealthy map[string]bool
+	// holdDemotion: members whose demotion stays in progress.
+	holdDemotion map[string]bool
+	// used are the promotion tokens a promotion consumed; unrecoverable the
+	// Clusters (member/ns/name) a used token was rendered on again.
+	used          map[string]bool
+	unrecoverable map[string]bool
 }
+
+// cnpgPhaseUnrecoverable is CloudNativePG's PhaseUnrecoverable (api/v1/cluster_types.go, v1.30.0).
+const cnpgPhaseUnrecoverable = "Cluster is unrecoverable and needs manual intervention"
 
 func newCNPGSim(e *env, delay time.Duration) *cnpgSim {
 	return &cnpgSim{e: e, delay: delay, acting: map[string]bool{}, demoteAt: map[string]time.Time{},
-		tokens: map[string]bool{}, frozen: map[string]bool{}, unhealthy: map[string]bool{}}
+		tokens: map[string]bool{}, frozen: map[string]bool{}, unhealthy: map[string]bool{},
+		holdDemotion: map[string]bool{}, used: map[string]bool{}, unrecoverable: map[string]bool{}}
+}
+
+// holdDemotions keeps m's demotions in progress (on) or lets them finish.
+func (s *cnpgSim) holdDemotions(m string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.holdDemotion[m] = on
+}
+
+// unrecoverableClusters are the Clusters (member/namespace/name) that went
+// unrecoverable because a used promotion token was rendered on them again.
+func (s *cnpgSim) unrecoverableClusters() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k := range s.unrecoverable {
+		out = append(out, k)
+	}
+	return out
 }
 
 func (s *cnpgSim) freeze(m string, on bool) {
@@ -92,11 +133,18 @@ func (s *cnpgSim) step(ctx context.Context, m string, c client.Client, u *unstru
 	if status == nil {
 		status = map[string]any{}
 	}
-	next := s.transition(m+"/"+u.GetNamespace()+"/"+u.GetName(), self, primary, token, status)
+	key := m + "/" + u.GetNamespace() + "/" + u.GetName()
+	next := s.transition(key, self, primary, token, status)
 	s.mu.Lock()
 	healthy := !s.unhealthy[m]
+	unrecoverable := s.unrecoverable[key]
 	s.mu.Unlock()
-	writeCNPGStatus(ctx, c, u, status, cnpgReconciledStatus(ctx, c, u, next, healthy))
+	next = cnpgReconciledStatus(ctx, c, u, next, healthy)
+	if unrecoverable {
+		// RegisterPhase keeps the phase until a person intervenes.
+		next["phase"], next["phaseReason"] = cnpgPhaseUnrecoverable, "Promotion token content is not correct for current instance"
+	}
+	writeCNPGStatus(ctx, c, u, status, next)
 }
 
 // transition is CloudNativePG's replica switch, on a copy of status.
@@ -115,6 +163,17 @@ func (s *cnpgSim) transition(key, self, primary, token string, status map[string
 		acting = primary == self
 		s.acting[key] = acting
 	}
+	if last, _ := next["lastPromotionToken"].(string); token != "" && token != last && s.used[token] {
+		s.unrecoverable[key] = true
+	}
+	// null removes the field in the merge patch writeCNPGStatus sends.
+	if _, ok := next["lastPromotionToken"]; ok && token == "" {
+		next["lastPromotionToken"] = nil
+	}
+	if _, ok := next["demotionToken"]; ok && primary == self {
+		next["demotionToken"] = nil
+	}
+	m, _, _ := strings.Cut(key, "/")
 	switch {
 	case acting && primary != self:
 		at, ok := s.demoteAt[key]
@@ -123,7 +182,7 @@ func (s *cnpgSim) transition(key, self, primary, token string, status map[string
 			next["switchReplicaClusterStatus"] = map[string]any{"inProgress": true}
 			return next
 		}
-		if time.Now().Before(at) {
+		if time.Now().Before(at) || s.holdDemotion[m] {
 			return next
 		}
 		delete(s.demoteAt, key)
@@ -134,8 +193,9 @@ func (s *cnpgSim) transition(key, self, primary, token string, status map[string
 		s.acting[key] = false
 	case !acting && primary == self && token == "":
 		s.acting[key] = true
-	case !acting && primary == self && s.tokens[token]:
+	case !acting && primary == self && s.tokens[token] && !s.used[token]:
 		next["lastPromotionToken"] = token
+		s.used[token] = true
 		s.acting[key] = true
 	}
 	return next
@@ -156,6 +216,8 @@ type primaryWatch struct {
 	mu       sync.Mutex
 	max      int
 	seen     []string
+	// ever are the members ever seen written as primary.
+	ever map[string]bool
 }
 
 func (w *primaryWatch) primaries(ctx context.Context) []string {
@@ -186,11 +248,24 @@ func (w *primaryWatch) run(ctx context.Context) {
 			p = w.primaries(ctx)
 		}
 		w.mu.Lock()
+		if w.ever == nil {
+			w.ever = map[string]bool{}
+		}
+		for _, m := range p {
+			w.ever[m] = true
+		}
 		if len(p) > w.max {
 			w.max, w.seen = len(p), p
 		}
 		w.mu.Unlock()
 	}
+}
+
+// everPrimary reports whether m was ever seen written as primary.
+func (w *primaryWatch) everPrimary(m string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ever[m]
 }
 
 func (w *primaryWatch) most() (int, []string) {

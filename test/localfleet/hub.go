@@ -81,7 +81,8 @@ func StartHub(opts HubOptions) (*HubProcess, error) {
 	}
 	args := append([]string{
 		"--kubeconfig", opts.Kubeconfig,
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", mport),
+		// Plain HTTP on loopback: the bench and e2e scrape it without a token.
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", mport), "--metrics-secure=false",
 		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", hport),
 	}, opts.Args...)
 	if opts.ReplicaName != "" {

@@ -109,6 +109,9 @@ func TestHubBase(t *testing.T) {
 			}
 		}
 
+		// Metrics only to scrapers the API server authenticates and authorizes.
+		g.Expect(args).To(HaveKey("metrics-secure"))
+		g.Expect(args["metrics-secure"]).To(BeElementOf("", "true"), "--metrics-secure is on")
 		metrics := bindPort(args, "metrics-bind-address", ":8080")
 		health := bindPort(args, "health-probe-bind-address", ":8081")
 		g.Expect(metrics).To(Equal(int32(8080)))
@@ -230,6 +233,9 @@ func TestHubBase(t *testing.T) {
 			{group: "", resource: "secrets", verb: "list"},
 			{group: "", resource: "secrets", verb: "watch"},
 			{group: "", resource: "secrets", verb: "create"},
+			// The secure metrics endpoint: who a scraper is, and whether it may get /metrics.
+			{group: "authentication.k8s.io", resource: "tokenreviews", verb: "create"},
+			{group: "authorization.k8s.io", resource: "subjectaccessreviews", verb: "create"},
 			// Events on Databases (events.k8s.io recorder).
 			{group: "events.k8s.io", resource: "events", verb: "create"},
 			{group: "events.k8s.io", resource: "events", verb: "patch"},

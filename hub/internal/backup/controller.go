@@ -255,6 +255,7 @@ func initialRecords(b *fleetv1alpha1.DatabaseBackup, db *fleetv1alpha1.Database)
 		names = placed
 	}
 	placedSet := sets.New(placed...)
+	names, instead := backupMembers(db, names)
 	out := make([]fleetv1alpha1.BackupRecord, 0, len(names))
 	for _, name := range sets.List(sets.New(names...)) {
 		rec := fleetv1alpha1.BackupRecord{Cluster: name, Phase: fleetv1alpha1.BackupPhasePending, BackupID: backupID(b)}
@@ -264,7 +265,7 @@ func initialRecords(b *fleetv1alpha1.DatabaseBackup, db *fleetv1alpha1.Database)
 		}
 		out = append(out, rec)
 	}
-	return out
+	return withStandbyRecords(out, instead, backupID(b))
 }
 
 // stamp is now as a status timestamp (whole seconds).

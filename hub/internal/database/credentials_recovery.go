@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/internal/placement"
@@ -121,18 +120,15 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 // Where the Database may be placed (placed), a Secret a Retain teardown kept
 // is read live; other members cost no API call.
 func (r *databaseReconciler) memberCredentials(ctx context.Context, db *fleetv1alpha1.Database, name string, placed bool) (*corev1.Secret, bool) {
-	if h := r.provider.Health(name); !h.Engaged || !h.Ready {
-		return nil, false
-	}
-	cl, err := r.provider.Get(ctx, multicluster.ClusterName(name))
-	if err != nil {
+	cl, ok := r.readableMember(ctx, name)
+	if !ok {
 		return nil, false
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.opts.MemberCallTimeout)
 	defer cancel()
 	var s corev1.Secret
 	key := client.ObjectKey{Namespace: db.Namespace, Name: credentialsName(db)}
-	err = cl.GetClient().Get(cctx, key, &s)
+	err := cl.GetClient().Get(cctx, key, &s)
 	switch {
 	case apierrors.IsNotFound(err) && placed:
 		// The member cache holds only fleetdb's labelled objects; a Secret

@@ -159,6 +159,11 @@ func (r *databaseReconciler) loadScope(ctx context.Context, key types.Namespaced
 	return &databaseScope{key: key, db: db}, nil
 }
 
+// errStatusConflict: the Database changed between the read and the status
+// write; the reconcile is retried (with the controller's backoff) on what is
+// stored now.
+var errStatusConflict = errors.New("the Database changed since it was read; deciding again")
+
 // errStopPhases ends a reconcile early without an error: the phase that
 // returns it has set the status and the requeue (a wait, not a failure).
 var errStopPhases = errors.New("stop phases")
@@ -189,9 +194,13 @@ func (r *databaseReconciler) reconcileProtected(ctx context.Context, s *database
 		"namespace %q is protected: fleetdb does not manage Databases in it; create the Database in an application namespace", s.db.Namespace))
 }
 
-// reconcileBackend stalls a Database whose backend was changed after its
-// members started on another one: switching would start an empty database.
-func (r *databaseReconciler) reconcileBackend(_ context.Context, s *databaseScope) (ctrl.Result, error) {
+// reconcileBackend settles the backend of a Database that no longer tells
+// it (settleBackend), and stalls a Database whose backend was changed after
+// its members started on another one: switching would start an empty database.
+func (r *databaseReconciler) reconcileBackend(ctx context.Context, s *databaseScope) (ctrl.Result, error) {
+	if res, err := r.settleBackend(ctx, s); err != nil {
+		return res, err
+	}
 	if msg := backendChanged(s.db); msg != "" {
 		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonBackendChanged, errors.New(msg))
 	}
@@ -224,11 +233,21 @@ func (r *databaseReconciler) writeStatus(ctx context.Context, s *databaseScope) 
 		}
 	}
 	prev := db.Status.Phase
-	patch := client.MergeFrom(db.DeepCopy())
+	// The status decides the switchover (status.topology: members render
+	// from the status as stored, topology.DecideRole), so it is written only
+	// over the object it was computed from: the patch carries the
+	// resourceVersion read, and a status or spec stored meanwhile (an abort,
+	// a write of an earlier hub that landed late) makes it fail with a
+	// Conflict. Nothing of this pass is stored then; the Database is read
+	// again and decided afresh (errStatusConflict).
+	patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	db.Status = st
 	if err := r.hub.Status().Patch(ctx, db, patch); err != nil {
-		if apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsNotFound(err):
 			return 0, nil
+		case apierrors.IsConflict(err):
+			return 0, fmt.Errorf("%w: %w", errStatusConflict, err)
 		}
 		return 0, fmt.Errorf("writing status: %w", err)
 	}

@@ -88,6 +88,9 @@ func (r *memberSyncReconciler) finalBackup(ctx context.Context, c client.Client,
 	if prev != nil && (prev.Phase == fleetv1alpha1.BackupPhaseSucceeded || prev.Phase == fleetv1alpha1.BackupPhaseSkipped) {
 		return finalBackupStep{record: prev}, nil // taken (or nothing to take) before; its Job is gone
 	}
+	if step, ok := r.standbyFinalBackup(key, cluster, p); ok {
+		return step, nil
+	}
 	owner := member.Owner{Namespace: fb.db.Namespace, Name: fb.db.Name, UID: fb.db.UID, HubID: r.opts.HubID}
 	has, err := member.HasWorkload(ctx, c, owner)
 	if err != nil {

@@ -157,6 +157,12 @@ func (r *memberSyncReconciler) sync(ctx context.Context, cluster string, key typ
 		// The plan is stale; the Database controller is about to replace it.
 		return syncOutcome{}
 	}
+	if _, known := db.KnownBackend(); !known {
+		// The Database controller reads what the members run and records
+		// it (settleBackend); nothing is written to a member meanwhile.
+		// Looked at again (this cache may not hold the recorded backend yet).
+		return syncOutcome{requeue: backendWaitRetry}
+	}
 	if err := r.backendReady(ctx, cluster, cl, db); err != nil {
 		if member.IsBackendMissing(err) {
 			// Terminal until the member offers it (the registry wakes us) or the Database changes.

@@ -315,3 +315,47 @@ func TestSwitchoverTurnedForced(t *testing.T) {
 	g.Expect(st.Fenced).To(ConsistOf("a"))
 	g.Expect(m.spec["b"].PromotionToken).To(BeEmpty(), "promoted without a token")
 }
+
+// TestAbortWaitsForDemotion: an abort while CloudNativePG reports the old
+// primary's replica switch in progress is not taken (its webhook would
+// refuse the old primary's role back) and the switchover does not move on;
+// it is taken once the switch ended.
+func TestAbortWaitsForDemotion(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	db, m := psDB("a"), newModel("a", "b")
+	drive(db, m, &now, 3)
+	db.Spec.Topology.PrimaryCluster = "b"
+	drive(db, m, &now, 1)
+	g.Expect(db.Status.Topology.Switchover.Step).To(Equal(fleetv1alpha1.StepDemote))
+	targets := map[string]bool{"a": true, "b": true}
+	pass := func() *topology.Pass {
+		m.render(db)
+		now = now.Add(time.Second)
+		p := topology.Run(topology.Input{DB: db, Targets: targets, Views: m.views(now), Now: now})
+		st := p.Status
+		db.Status.Topology = &st
+		return p
+	}
+	// a follows b, its switch runs, no token yet; then the user aborts.
+	m.render(db)
+	m.status["a"].DemotionToken, m.status["a"].SwitchInProgress = "", true
+	db.Spec.Topology.PrimaryCluster = "a"
+	for range 5 {
+		m.status["a"].DemotionToken = ""
+		p := pass()
+		g.Expect(p.CondReason).To(Equal(fleetv1alpha1.ReasonAbortWaitingForDemotion), p.Msg)
+		g.Expect(db.Status.Topology.Switchover).NotTo(BeNil())
+		g.Expect(m.spec["a"].Primary).To(Equal("b"), "a is not written back while its switch runs")
+		g.Expect(m.spec["b"].Primary).To(Equal("a"), "b is never promoted")
+	}
+	// The switch ends (with a token): the abort is taken, a is primary again.
+	m.status["a"].SwitchInProgress, m.status["a"].DemotionToken = false, "token-late"
+	pass()
+	g.Expect(db.Status.Topology.Switchover).To(BeNil())
+	g.Expect(db.Status.Topology.LastSwitchover.Outcome).To(Equal(topology.SwitchoverAborted))
+	m.render(db)
+	g.Expect(m.spec["a"].Primary).To(Equal("a"))
+	g.Expect(m.spec["b"].Primary).To(Equal("a"))
+	g.Expect(m.maxPrimary).To(Equal(1))
+}

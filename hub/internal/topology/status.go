@@ -30,6 +30,8 @@ func (t *Pass) summarise() {
 		// A hub that just started has no report of the primary yet: the
 		// stored summary stands until one arrives.
 		st.Phase, t.condStatus, t.CondReason, t.Msg = t.in.DB.Status.Topology.Phase, prev.Status, prev.Reason, prev.Message
+	case t.abortWaiting:
+		set(fleetv1alpha1.TopologySwitchingOver, fleetv1alpha1.ReasonAbortWaitingForDemotion, sw.Message)
 	case sw != nil && sw.Outcome == SwitchoverFailed && sw.Step == fleetv1alpha1.StepCheckTarget:
 		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonTargetUnhealthy, sw.Message+abortHint(sw))
 	case sw != nil && sw.Outcome == SwitchoverFailed:

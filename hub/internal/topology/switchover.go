@@ -70,6 +70,8 @@ type Pass struct {
 	// condition of TopologyStable.
 	condStatus      metav1.ConditionStatus
 	CondReason, Msg string
+	// abortWaiting: an abort waits for the old primary's demotion to finish.
+	abortWaiting bool
 }
 
 // Run computes the next status.topology of a PrimaryStandby Database.
@@ -83,7 +85,7 @@ func Run(in Input) *Pass {
 		t.Status.PrimaryCluster = in.DB.Spec.Topology.PrimaryCluster
 	}
 	t.startOrAbort()
-	if t.Status.Switchover != nil {
+	if t.Status.Switchover != nil && !t.abortWaiting {
 		t.advance()
 	}
 	t.releaseFenced()
@@ -111,6 +113,15 @@ func (t *Pass) startOrAbort() {
 	case sw == nil && want == t.Status.PrimaryCluster:
 	case sw == nil:
 		t.start(want)
+	case want != sw.To && !reached(sw, fleetv1alpha1.StepPromote) && t.demotionInProgress(sw):
+		// CloudNativePG's webhook refuses turning the old primary back into
+		// a primary while its demotion runs (validateReplicaClusterChange in
+		// internal/webhook/v1/cluster_webhook.go, v1.30.0, on
+		// status.switchReplicaClusterStatus.inProgress): the abort waits for
+		// it to finish, and the switchover does not move on meanwhile.
+		t.abortWaiting = true
+		sw.Message = fmt.Sprintf("abort requested (spec.topology.primaryCluster is now %s): waiting for CloudNativePG to finish demoting %s "+
+			"(switchReplicaClusterStatus.inProgress) before it is made primary again", want, sw.From)
 	case want != sw.To && !reached(sw, fleetv1alpha1.StepPromote):
 		rec := *sw.DeepCopy()
 		rec.Outcome, rec.Finished = SwitchoverAborted, timePtr(now)
@@ -131,6 +142,23 @@ func (t *Pass) startOrAbort() {
 		t.fence(sw.From)
 		t.event(true, fleetv1alpha1.ReasonFailingOver, "forced promotion of %s requested during the switchover: %s is fenced", sw.To, sw.From)
 	}
+}
+
+// demotionInProgress: the old primary may have been written to follow the
+// target (Demote or Fence reached) and the last report of its Cluster says
+// CloudNativePG's replica switch is in progress. Only that is waited for: a
+// demotion that ended without a token (CloudNativePG before v1.28.4 could
+// lose it) or that its operator never started must not keep the old
+// primary demoted for ever; a member without a report is written when it
+// is back. Should CloudNativePG start the switch between the report and the
+// write, its webhook refuses the write and the member sync retries it (with
+// backoff) until the switch ended.
+func (t *Pass) demotionInProgress(sw *fleetv1alpha1.SwitchoverStatus) bool {
+	if !reached(sw, fleetv1alpha1.StepDemote) {
+		return false
+	}
+	r := t.in.Views[sw.From].Replication
+	return r != nil && r.SwitchInProgress
 }
 
 // start records a new switchover (or forced promotion) from the primary to want.
