@@ -123,6 +123,9 @@ type Health struct {
 	Backends []fleetv1alpha1.Backend
 }
 
+// Usable reports a member the hub can act in now: engaged and Ready.
+func (h Health) Usable() bool { return h.Engaged && h.Ready }
+
 var (
 	_ multicluster.Provider         = &Provider{}
 	_ multicluster.ProviderRunnable = &Provider{}

@@ -1,6 +1,9 @@
 package hub
 
-import "github.com/fleetdb/fleetdb/hub/internal/database"
+import (
+	"github.com/fleetdb/fleetdb/hub/internal/database"
+	"github.com/fleetdb/fleetdb/hub/internal/sharding"
+)
 
 // Options tune the hub's controllers (workers, timeouts, the hub's
 // namespace, sharding); the zero value takes the defaults below.
@@ -22,6 +25,6 @@ const (
 // fence Leases are named ShardFencePrefix-<member>; ShardProbe is the period
 // of the sharded coordinator's decision loop.
 const (
-	ShardFencePrefix = database.ShardFencePrefix
-	ShardProbe       = database.ShardProbe
+	ShardFencePrefix = sharding.ShardFencePrefix
+	ShardProbe       = sharding.ShardProbe
 )

@@ -189,3 +189,30 @@ func capPlacement(candidates []string, maxClusters *int32, current []string) []s
 	})
 	return candidates[:*maxClusters]
 }
+
+// BackupPrimary is the member a backup of db's data in member cluster is
+// taken from instead of cluster: for a PrimaryStandby Database whose
+// cluster is a standby member, the member that is primary now
+// (status.topology.primaryCluster; spec.topology.primaryCluster before the
+// hub recorded one). "" when cluster takes its own: an Independent
+// Database, or cluster is the primary.
+//
+// A standby member's Cluster is a CloudNativePG replica cluster, a hot
+// standby: a pg_dump there runs in one long transaction that WAL replay can
+// cancel ("canceling statement due to conflict with recovery", whenever
+// replay waits longer than max_standby_streaming_delay; PostgreSQL's
+// "Handling Query Conflicts" in high-availability.sgml). The primary has
+// no such conflict, and holds the same data.
+func BackupPrimary(db *fleetv1alpha1.Database, cluster string) string {
+	if db == nil || db.Spec.Topology == nil || db.Spec.Topology.Mode != fleetv1alpha1.TopologyPrimaryStandby {
+		return ""
+	}
+	primary := db.Spec.Topology.PrimaryCluster
+	if st := db.Status.Topology; st != nil && st.PrimaryCluster != "" {
+		primary = st.PrimaryCluster
+	}
+	if primary == cluster {
+		return ""
+	}
+	return primary
+}

@@ -4,7 +4,9 @@
 package statusmsg
 
 import (
+	"fmt"
 	"regexp"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -14,6 +16,26 @@ const Limit = 483
 
 // marker ends a message that was cut.
 const marker = "..."
+
+// MaxNames bounds how many member names a message lists (Names), so a
+// status stays small on large fleets.
+const MaxNames = 10
+
+// Names lists member names for a message: at most MaxNames, then how many more.
+func Names(list []string) string {
+	if len(list) <= MaxNames {
+		return strings.Join(list, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(list[:MaxNames], ", "), len(list)-MaxNames)
+}
+
+// NamesOrNone is Names, or "none" for an empty list.
+func NamesOrNone(list []string) string {
+	if len(list) == 0 {
+		return "none"
+	}
+	return Names(list)
+}
 
 // Bound cuts s to at most Limit bytes (see Truncate).
 func Bound(s string) string { return Truncate(s, Limit) }

@@ -32,7 +32,7 @@ const joinReplica = "hub-3"
 // moved).
 const joinAttempts = 4
 
-// shardPeerLabel marks the replicas' peer Leases (hub/internal/database/shard_peers.go).
+// shardPeerLabel marks the replicas' peer Leases (hub/internal/sharding/peers.go).
 const shardPeerLabel = "fleetdb.io/shard-peer"
 
 // handover is the second half of ShardingSpec, on the replicas that

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -126,7 +127,24 @@ func createCredentials(ctx context.Context, c client.Client, db *fleetv1alpha1.D
 			}
 		}
 	}
-	s := corev1.Secret{
+	s, err := newHubSecret(db, key, data, c.Scheme())
+	if err != nil {
+		return nil, fmt.Errorf("owning credentials secret: %w", err)
+	}
+	if err := c.Create(ctx, s); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("creating credentials secret: %w", err)
+	}
+	return s.Data, nil
+}
+
+// newHubSecret is a hub Secret of the Database (its credentials, its
+// topology PKI): the fleetdb labels, the Database as its controller (it goes
+// with the Database), data.
+func newHubSecret(db *fleetv1alpha1.Database, key client.ObjectKey, data map[string][]byte, scheme *runtime.Scheme) (*corev1.Secret, error) {
+	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: key.Namespace,
 			Name:      key.Name,
@@ -139,16 +157,10 @@ func createCredentials(ctx context.Context, c client.Client, db *fleetv1alpha1.D
 		Type: corev1.SecretTypeOpaque,
 		Data: data,
 	}
-	if err := controllerutil.SetControllerReference(db, &s, c.Scheme()); err != nil {
-		return nil, fmt.Errorf("owning credentials secret: %w", err)
+	if err := controllerutil.SetControllerReference(db, s, scheme); err != nil {
+		return nil, err
 	}
-	if err := c.Create(ctx, &s); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("creating credentials secret: %w", err)
-	}
-	return s.Data, nil
+	return s, nil
 }
 
 // errLostCredentials is a terminal error: the hub copy of a running

@@ -10,7 +10,7 @@
 // member; member syncs record what they observed and wake the Database
 // controller, which folds the results into one status write. The cluster
 // registry reaches all three controllers as a source of requests
-// (registry_source.go).
+// (clusters.RegistrySource).
 //
 // Where things are:
 //   - database_controller.go: Reconcile, the scope, the phases it runs and
@@ -25,7 +25,10 @@
 //   - setup.go, handlers.go: wiring, event handlers; the queues are
 //     hub/internal/queue, the switchover state machine hub/internal/topology,
 //     the teardown tombstones hub/internal/tombstones.
-//   - backup_*.go, final_backup*.go, restore*.go, rotation*.go:
-//     DatabaseBackups, restores and the final backup of a teardown;
-//     the member sweep is hub/internal/sweep; shard_*.go: the sharded hub.
+//   - final_backup*.go, restore*.go, rotation*.go: restores, credential
+//     rotation and the final backup of a teardown; DatabaseBackups are
+//     hub/internal/backup, the member sweep hub/internal/sweep.
+//   - shard_*.go: the Database controller's half of the sharded hub (its
+//     plans and results as placements); the coordinator, the peers and the
+//     placement store are hub/internal/sharding.
 package database

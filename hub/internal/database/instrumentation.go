@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
@@ -27,10 +26,10 @@ const (
 	// A Database reconcile: done, done but looks again later (a teardown
 	// waiting on an unreachable member), failed and retried, or failed
 	// for good until something changes.
-	outcomeOK       = "ok"
-	outcomeRequeue  = "requeue"
-	outcomeError    = "error"
-	outcomeTerminal = "terminal"
+	outcomeOK       = telemetry.OutcomeOK
+	outcomeRequeue  = telemetry.OutcomeRequeue
+	outcomeError    = telemetry.OutcomeError
+	outcomeTerminal = telemetry.OutcomeTerminal
 
 	// A member sync: applied the current generation and observed it;
 	// observed only (rollout hold, or the plan is behind the Database);
@@ -91,23 +90,7 @@ func (r *databaseReconciler) startReconcileSpan(ctx context.Context, key types.N
 
 // endReconcileSpan records how the reconcile ended and ends its span.
 func endReconcileSpan(span trace.Span, res ctrl.Result, err error) {
-	if span.IsRecording() {
-		outcome := outcomeOK
-		switch {
-		case errors.Is(err, reconcile.TerminalError(nil)):
-			outcome = outcomeTerminal
-		case err != nil:
-			outcome = outcomeError
-		case res.RequeueAfter > 0:
-			outcome = outcomeRequeue
-		}
-		span.SetAttributes(telemetry.AttrOutcome.String(outcome))
-		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
-		}
-	}
-	span.End()
+	telemetry.EndReconcileSpan(span, res, err)
 }
 
 // publish hands a plan to the member syncs with the traceparent of the

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/fleetdb/fleetdb/hub/internal/sharding"
 )
 
 // Defaults of Options.
@@ -59,7 +61,7 @@ type Options struct {
 	// status. Off: the single-leader hub.
 	Sharding bool
 	// shards is the sharded coordinator NewManager built (Sharding only).
-	shards *shardCoordinator
+	shards *sharding.Coordinator
 }
 
 // WithDefaults fills what is unset with the defaults.

@@ -74,7 +74,7 @@ func setRestoredCondition(st *fleetv1alpha1.DatabaseStatus, db *fleetv1alpha1.Da
 			parts = append(parts, reason+": "+names(members))
 		}
 	}
-	msg := fmt.Sprintf("restoring DatabaseBackup %s; restored: %s; %s", db.Spec.RestoreFrom.BackupName, orNone(restored), strings.Join(parts, "; "))
+	msg := fmt.Sprintf("restoring DatabaseBackup %s; restored: %s; %s", db.Spec.RestoreFrom.BackupName, statusmsg.NamesOrNone(restored), strings.Join(parts, "; "))
 	setCondition(st, fleetv1alpha1.ConditionRestored, metav1.ConditionFalse, first, msg)
 	if first == fleetv1alpha1.ReasonBackupUnusable {
 		setStalledCondition(st, first, msg)

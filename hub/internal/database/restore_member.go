@@ -3,6 +3,7 @@ package database
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -115,6 +116,9 @@ func (r *memberSyncReconciler) prepareRestore(ctx context.Context, c client.Clie
 	if err != nil {
 		return nil, err
 	}
+	if jobs, err = r.trustedRestoreJobs(ctx, db, cluster, jobs); err != nil {
+		return nil, err
+	}
 	mr.jobs = jobs
 	if n := len(jobs); n > 0 && memberjob.Succeeded(jobs[n-1]) {
 		mr.report.Started = jobs[n-1].CreationTimestamp.Unix()
@@ -197,7 +201,7 @@ func (r *memberSyncReconciler) finishRestore(ctx context.Context, c client.Clien
 		return rep, restoreJobPoll, err
 	}
 	job, err := member.RestoreJob(member.RestoreParams{
-		Database: db, Cluster: cluster, SourceDatabase: src.Spec.DatabaseName, BackupID: backupID(src), Attempt: attempt,
+		Database: db, Cluster: cluster, SourceDatabase: src.Spec.DatabaseName, BackupID: src.BackupID(), Attempt: attempt,
 		HubID: r.opts.HubID, ImageRepository: r.opts.ImageRepository, Owner: owner,
 	})
 	if err != nil {
@@ -245,7 +249,7 @@ func (r *memberSyncReconciler) restoreSource(ctx context.Context, db *fleetv1alp
 		return b, restoreWait{}, nil
 	case b.Status.Phase == fleetv1alpha1.BackupPhaseFailed:
 		return nil, unusable("DatabaseBackup " + b.Name + " failed"), nil
-	case rec == nil && len(b.Status.Clusters) > 0, rec != nil && recordFinal(rec.Phase):
+	case rec == nil && len(b.Status.Clusters) > 0, rec != nil && fleetv1alpha1.BackupPhaseFinal(rec.Phase):
 		return nil, unusable("DatabaseBackup " + b.Name + " holds no successful backup of this member"), nil
 	}
 	return nil, restoreWait{reason: fleetv1alpha1.ReasonWaitingForBackup,
@@ -293,6 +297,37 @@ func (r *memberSyncReconciler) restoreOwner(ctx context.Context, c client.Client
 // restoreJobs lists this hub's restore Jobs of the Database, oldest attempt first.
 func restoreJobs(ctx context.Context, live client.Reader, db *fleetv1alpha1.Database, hubID string) ([]*batchv1.Job, error) {
 	return memberjob.List(ctx, live, db.Namespace, member.RestoreJobLabels(db), hubID, fleetv1alpha1.AnnotationRestoreAttempt, "restore")
+}
+
+// trustedRestoreJobs keeps the restore Jobs the hub renders for db in
+// cluster: named as the hub names their attempt, and running the pod the
+// hub renders for it (memberjob.SamePod, the final backup's check). A Job
+// that only carries the restore's labels and the hub identity (anyone who
+// may create Jobs in the namespace can copy them) is never taken as the
+// restore's result, nor as a failed attempt. Without the DatabaseBackup
+// there is nothing to check against: none is kept.
+func (r *memberSyncReconciler) trustedRestoreJobs(ctx context.Context, db *fleetv1alpha1.Database, cluster string, jobs []*batchv1.Job) ([]*batchv1.Job, error) {
+	if len(jobs) == 0 {
+		return jobs, nil
+	}
+	src := &fleetv1alpha1.DatabaseBackup{}
+	if err := r.hub.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Spec.RestoreFrom.BackupName}, src); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading the database backup: %w", err)
+	}
+	return slices.DeleteFunc(slices.Clone(jobs), func(j *batchv1.Job) bool {
+		attempt := restoreAttempt(j)
+		if j.Name != member.RestoreJobName(db.Name, string(db.UID), attempt) {
+			return true
+		}
+		want, err := member.RestoreJob(member.RestoreParams{
+			Database: db, Cluster: cluster, SourceDatabase: src.Spec.DatabaseName, BackupID: src.BackupID(), Attempt: attempt,
+			HubID: r.opts.HubID, ImageRepository: r.opts.ImageRepository,
+		})
+		return err != nil || !memberjob.SamePod(j, want)
+	}), nil
 }
 
 func restoreAttempt(j *batchv1.Job) int {

@@ -21,7 +21,9 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub/internal/backup"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
+	"github.com/fleetdb/fleetdb/hub/internal/sharding"
 	"github.com/fleetdb/fleetdb/hub/internal/sweep"
 	"github.com/fleetdb/fleetdb/hub/internal/tombstones"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
@@ -59,9 +61,13 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 	// A sharded hub runs no backup controller: it writes to members from
 	// the leader, whichever replica owns them (docs/sharding.md). Its
 	// DatabaseBackups say so in their status.
-	backups := w.backupController
+	bopts := backup.Options{
+		HubID: opts.HubID, ImageRepository: opts.ImageRepository, MemberCallTimeout: opts.MemberCallTimeout,
+		ReconcileTimeout: hubReconcileTimeout, Recorder: w.recorder, SkipNameValidation: w.skipNames,
+	}
+	backups := func() error { return backup.Setup(mgr, provider, bopts) }
 	if opts.Sharding {
-		backups = w.shardedBackupController
+		backups = func() error { return backup.SetupSharded(mgr, bopts) }
 	}
 	if err := backups(); err != nil {
 		return fmt.Errorf("database backup controller: %w", err)
@@ -104,12 +110,12 @@ func (w *wiring) databaseController() error {
 			mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](allDatabases(local.GetClient())), hubOnly...).
 		Watches(&corev1.Namespace{},
 			mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](databasesIn(local.GetClient())), hubOnly...).
-		WatchesRawSource(registrySource[mcreconcile.Request]{provider: w.provider, requests: w.databasesOnMember}).
+		WatchesRawSource(clusters.RegistrySource[mcreconcile.Request]{Provider: w.provider, Requests: w.databasesOnMember}).
 		WatchesRawSource(captureQueue(w.dbQueue)).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
 			MaxConcurrentReconciles: w.opts.DatabaseWorkers,
 			SkipNameValidation:      w.skipNames,
-			LogConstructor: reconcileLogs(w.mgr.GetLogger(), "database", func(req *mcreconcile.Request) []any {
+			LogConstructor: telemetry.ReconcileLogs(w.mgr.GetLogger(), "database", func(req *mcreconcile.Request) []any {
 				return []any{"database", req.NamespacedName.String()}
 			}),
 			// Every hub API call of a reconcile is bounded.
@@ -134,7 +140,7 @@ func (w *wiring) memberSyncController() error {
 	mgr := w.mgr
 	if w.shard != nil {
 		// Sharded, every replica syncs the members it owns.
-		mgr = everyReplica{w.mgr}
+		mgr = sharding.EveryReplica{Manager: w.mgr}
 	}
 	b := mcbuilder.ControllerManagedBy(mgr).Named("member-sync")
 	memberOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(false), mcbuilder.WithEngageWithProviderClusters(true)}
@@ -146,13 +152,13 @@ func (w *wiring) memberSyncController() error {
 		b = b.Watches(obj, msr.memberObjectEvents(gvk, false), memberOnly...)
 	}
 	b = b.Watches(&corev1.PersistentVolumeClaim{}, msr.memberObjectEvents(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"), true), memberOnly...)
-	return b.WatchesRawSource(registrySource[mcreconcile.Request]{provider: w.provider, requests: w.syncsOnMember}).
+	return b.WatchesRawSource(clusters.RegistrySource[mcreconcile.Request]{Provider: w.provider, Requests: w.syncsOnMember}).
 		WatchesRawSource(captureQueue(w.memberQueue)).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
 			MaxConcurrentReconciles: w.opts.MemberWorkers,
 			ReconciliationTimeout:   w.opts.MemberCallTimeout,
 			SkipNameValidation:      w.skipNames,
-			LogConstructor: reconcileLogs(w.mgr.GetLogger(), "member-sync", func(req *mcreconcile.Request) []any {
+			LogConstructor: telemetry.ReconcileLogs(w.mgr.GetLogger(), "member-sync", func(req *mcreconcile.Request) []any {
 				return []any{"cluster", string(req.ClusterName), "database", req.NamespacedName.String()}
 			}),
 		}).
@@ -166,18 +172,18 @@ func (w *wiring) sweepController() error {
 	sw := sweep.New(w.mgr, local.GetClient(), w.state, w.provider, w.memo, w.opts.MemberCallTimeout)
 	sw.HubID, sw.Tombstones = w.opts.HubID, w.tombstones
 	if w.shard != nil {
-		sw.Owns = w.shard.coord.owns
+		sw.Owns = w.shard.coord.Owns
 	}
 	return ctrl.NewControllerManagedBy(local).
 		Named("member-sweep").
-		WatchesRawSource(registrySource[reconcile.Request]{provider: w.provider, requests: sw.Requests}).
+		WatchesRawSource(clusters.RegistrySource[reconcile.Request]{Provider: w.provider, Requests: sw.Requests}).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: sweep.Workers, SkipNameValidation: w.skipNames,
-			LogConstructor: reconcileLogs(local.GetLogger(), "member-sweep", func(req *reconcile.Request) []any {
+			LogConstructor: telemetry.ReconcileLogs(local.GetLogger(), "member-sweep", func(req *reconcile.Request) []any {
 				return []any{"namespace", req.Namespace, "name", req.Name}
 			}),
 		}).
-		Complete(tracedReconciler[reconcile.Request]{inner: sw, tracer: telemetry.Tracer(), span: spanSweep})
+		Complete(telemetry.TracedReconciler[reconcile.Request]{Inner: sw, Tracer: telemetry.Tracer(), Span: telemetry.SpanSweep})
 }
 
 // databasesOnMember maps a registry change of a member to the Databases

@@ -6,34 +6,32 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/clusters"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
+	"github.com/fleetdb/fleetdb/hub/internal/sharding"
+	"github.com/fleetdb/fleetdb/internal/telemetry"
 	"github.com/fleetdb/fleetdb/member"
 )
 
 // +kubebuilder:rbac:groups=fleetdb.io,resources=databaseplacements,verbs=get;list;watch;create;update;patch;delete;deletecollection,namespace=fleetdb-system
 // +kubebuilder:rbac:groups=fleetdb.io,resources=databaseplacements/status,verbs=get;update;patch,namespace=fleetdb-system
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete,namespace=fleetdb-system
-
-// shardCacheOptions keeps the hub's cache of placements to the hub namespace.
-func shardCacheOptions(o *cache.Options, namespace string) {
-	if o.ByObject == nil {
-		o.ByObject = map[client.Object]cache.ByObject{}
-	}
-	o.ByObject[&fleetv1alpha1.DatabasePlacement{}] = cache.ByObject{Namespaces: map[string]cache.Config{namespace: {}}}
-}
 
 // placementController runs on every replica: it keeps the placements'
 // specs for the member syncs, wakes an owned member's sync when its spec
@@ -45,7 +43,7 @@ func (w *wiring) placementController() error {
 		For(&fleetv1alpha1.DatabasePlacement{}).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: 2, SkipNameValidation: w.skipNames, NeedLeaderElection: ptr.To(false),
-			LogConstructor: reconcileLogs(local.GetLogger(), "placements", func(req *reconcile.Request) []any {
+			LogConstructor: telemetry.ReconcileLogs(local.GetLogger(), "placements", func(req *reconcile.Request) []any {
 				return []any{"placement", req.Name}
 			}),
 		}).
@@ -63,7 +61,7 @@ func (s *shardRuntime) Reconcile(ctx context.Context, req reconcile.Request) (re
 		e, ok := s.byName[req.Name]
 		delete(s.byName, req.Name)
 		s.mu.Unlock()
-		if ok && !s.coord.owns(e.cluster) {
+		if ok && !s.coord.Owns(e.cluster) {
 			s.state.dropResult(e.key, e.cluster)
 		}
 		return reconcile.Result{}, nil
@@ -76,7 +74,7 @@ func (s *shardRuntime) Reconcile(ctx context.Context, req reconcile.Request) (re
 	prev, had := s.byName[req.Name]
 	s.byName[req.Name] = e
 	s.mu.Unlock()
-	owned := s.coord.owns(e.cluster)
+	owned := s.coord.Owns(e.cluster)
 	if owned && (!had || prev.spec != e.spec) {
 		s.members.AddWith(e.cluster, e.key, queue.PriorityChange, 0)
 	}
@@ -114,7 +112,7 @@ func (w *wiring) setupSharding() error {
 	}
 	local := w.mgr.GetLocalManager()
 	w.shard = &shardRuntime{
-		coord: w.opts.shards, hub: local.GetClient(), namespace: w.opts.HubNamespace, reporter: w.opts.shards.self,
+		coord: w.opts.shards, hub: local.GetClient(), store: &sharding.Placements{Hub: local.GetClient(), Namespace: w.opts.HubNamespace},
 		state: w.state, databases: w.dbQueue, members: w.memberQueue, byName: map[string]placementEntry{},
 		elected: func() bool {
 			select {
@@ -125,9 +123,7 @@ func (w *wiring) setupSharding() error {
 			}
 		},
 	}
-	w.opts.shards.mu.Lock()
-	w.opts.shards.onOwned = w.shard.owned
-	w.opts.shards.mu.Unlock()
+	w.opts.shards.OnOwned(w.shard.owned)
 	return w.placementController()
 }
 
@@ -145,7 +141,7 @@ func (r *databaseReconciler) forgetPlacements(ctx context.Context, key client.Ob
 	if r.shard == nil {
 		return
 	}
-	if err := r.shard.forget(ctx, key); err != nil {
+	if err := r.shard.store.Forget(ctx, key); err != nil {
 		ctrl.LoggerFrom(ctx).Info("Deleting the placements of a Database that is gone failed", "error", err.Error())
 	}
 }
@@ -159,7 +155,7 @@ const placementRetry = 2 * time.Second
 // the placement when it changed.
 func (r *memberSyncReconciler) shardedSync(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
 	cluster, key := string(req.ClusterName), req.NamespacedName
-	owner, ok := r.shard.coord.ownership(cluster)
+	owner, ok := r.shard.coord.Ownership(cluster)
 	if !ok {
 		return ctrl.Result{}, nil
 	}
@@ -229,4 +225,19 @@ func (r *memberSyncReconciler) remoteCredentials(ctx context.Context, key client
 		return nil, fmt.Errorf("credentials secret %s is not controlled by the Database yet", name.Name)
 	}
 	return s.Data, nil
+}
+
+// NewMCManager is the multicluster manager: as before without sharding;
+// with it, the sharded coordinator's (sharding.NewMCManager), which
+// Setup finds in opts.
+func NewMCManager(hubCfg *rest.Config, provider *clusters.Provider, mopts manager.Options, log logr.Logger, replicaID string, opts *Options) (mcmanager.Manager, error) {
+	if !opts.Sharding {
+		return mcmanager.New(hubCfg, provider, mopts)
+	}
+	mgr, coord, err := sharding.NewMCManager(hubCfg, provider, mopts, log, replicaID, opts.HubNamespace)
+	if err != nil {
+		return nil, err
+	}
+	opts.shards = coord
+	return mgr, nil
 }

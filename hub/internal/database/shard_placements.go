@@ -2,21 +2,15 @@ package database
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-multierror"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
+	"github.com/fleetdb/fleetdb/hub/internal/sharding"
 )
 
 // shardRuntime is what a sharded hub adds to the controllers: the plan of
@@ -34,12 +28,11 @@ import (
 //     spec, and the others (the leader among them) fold the owners'
 //     reports into their in-memory results, where the status fold reads them.
 type shardRuntime struct {
-	coord     *shardCoordinator
-	hub       client.Client
-	namespace string
-	// reporter is this replica's identity, on the statuses it writes.
-	reporter string
-	state    *state
+	coord *sharding.Coordinator
+	hub   client.Client
+	// store reads and writes the placements.
+	store *sharding.Placements
+	state *state
 	// databases and members are the two controllers' queues.
 	databases, members *queue.Ref
 	// elected reports whether this replica is the elected leader now.
@@ -56,25 +49,11 @@ type placementEntry struct {
 	spec    fleetv1alpha1.DatabasePlacementSpec
 }
 
-// placementTimeout bounds the placement writes of one plan or report.
-const placementTimeout = 10 * time.Second
-
-// placementName is the placement of a Database in a member: readable, and
-// unique through a hash of the three names (names may contain dots).
-func placementName(key types.NamespacedName, cluster string) string {
-	sum := sha256.Sum256([]byte(key.Namespace + "/" + key.Name + "/" + cluster))
-	prefix := key.Namespace + "." + key.Name + "." + cluster
-	if len(prefix) > 200 {
-		prefix = prefix[:200]
-	}
-	return prefix + "-" + hex.EncodeToString(sum[:5])
-}
-
 // plan is the member sync's plan for a member from the placement the
 // leader wrote; nil when there is none.
 func (s *shardRuntime) plan(key types.NamespacedName, cluster string) (*plan, bool) {
 	s.mu.RLock()
-	e, ok := s.byName[placementName(key, cluster)]
+	e, ok := s.byName[sharding.PlacementName(key, cluster)]
 	s.mu.RUnlock()
 	if !ok {
 		return nil, false
@@ -140,105 +119,12 @@ func desiredSpecs(key types.NamespacedName, p *plan) map[string]fleetv1alpha1.Da
 	return out
 }
 
-func placementLabels(key types.NamespacedName) map[string]string {
-	return map[string]string{
-		fleetv1alpha1.LabelManagedBy:         fleetv1alpha1.ManagedByValue,
-		fleetv1alpha1.LabelDatabaseNamespace: key.Namespace,
-		fleetv1alpha1.LabelDatabaseName:      key.Name,
-	}
-}
-
-// publish writes the plan's placements that changed (the leader) and deletes
-// the Database's placements the plan no longer names.
-func (s *shardRuntime) publish(ctx context.Context, key types.NamespacedName, p *plan) error {
-	ctx, cancel := context.WithTimeout(ctx, placementTimeout)
-	defer cancel()
-	var errs *multierror.Error
-	want := desiredSpecs(key, p)
-	for cluster, spec := range want {
-		errs = multierror.Append(errs, s.putSpec(ctx, key, cluster, spec))
-	}
-	var list fleetv1alpha1.DatabasePlacementList
-	if err := s.hub.List(ctx, &list, client.InNamespace(s.namespace), client.MatchingLabels(placementLabels(key))); err != nil {
-		return multierror.Append(errs, err).ErrorOrNil()
-	}
-	for i := range list.Items {
-		if _, ok := want[list.Items[i].Spec.Cluster]; !ok {
-			errs = multierror.Append(errs, client.IgnoreNotFound(s.hub.Delete(ctx, &list.Items[i])))
-		}
-	}
-	return errs.ErrorOrNil()
-}
-
-// putSpec creates the placement, or updates its spec when it differs.
-func (s *shardRuntime) putSpec(ctx context.Context, key types.NamespacedName, cluster string, spec fleetv1alpha1.DatabasePlacementSpec) error {
-	pl := &fleetv1alpha1.DatabasePlacement{}
-	name := types.NamespacedName{Namespace: s.namespace, Name: placementName(key, cluster)}
-	err := s.hub.Get(ctx, name, pl)
-	switch {
-	case apierrors.IsNotFound(err):
-		labels := placementLabels(key)
-		labels[fleetv1alpha1.LabelPlacementCluster] = labelValue(cluster)
-		pl = &fleetv1alpha1.DatabasePlacement{ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name, Labels: labels}, Spec: spec}
-		err = s.hub.Create(ctx, pl)
-		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("placement %s: created meanwhile; retrying", name.Name)
-		}
-		return err
-	case err != nil:
-		return err
-	case apiequality.Semantic.DeepEqual(pl.Spec, spec):
-		return nil
-	}
-	patch := client.MergeFrom(pl.DeepCopy())
-	pl.Spec = spec
-	return s.hub.Patch(ctx, pl, patch)
-}
-
-// labelValue is a member name as a label value (at most 63 characters).
-func labelValue(s string) string {
-	if len(s) > 63 {
-		return s[:63]
-	}
-	return s
-}
-
-// forget deletes every placement of a Database that is gone.
-func (s *shardRuntime) forget(ctx context.Context, key types.NamespacedName) error {
-	ctx, cancel := context.WithTimeout(ctx, placementTimeout)
-	defer cancel()
-	return s.hub.DeleteAllOf(ctx, &fleetv1alpha1.DatabasePlacement{}, client.InNamespace(s.namespace), client.MatchingLabels(placementLabels(key)))
-}
-
 // placementStatus is what a member result reports, without timestamps.
 func placementStatus(res *memberResult, reporter string) fleetv1alpha1.DatabasePlacementStatus {
 	cs := res.Status
 	cs.LastSyncTime = nil
 	return fleetv1alpha1.DatabasePlacementStatus{Cluster: &cs, HasWorkload: res.HasWorkload, TornDown: res.TornDown,
 		Unreachable: res.Unreachable, Reporter: reporter}
-}
-
-// report writes the member's result on its placement when it changed (the
-// member's owner). A placement not written yet is no error: its creation
-// wakes this member sync again.
-func (s *shardRuntime) report(ctx context.Context, key types.NamespacedName, cluster string, res *memberResult) error {
-	ctx, cancel := context.WithTimeout(ctx, placementTimeout)
-	defer cancel()
-	pl := &fleetv1alpha1.DatabasePlacement{}
-	if err := s.hub.Get(ctx, types.NamespacedName{Namespace: s.namespace, Name: placementName(key, cluster)}, pl); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	st := placementStatus(res, s.reporter)
-	st.DatabaseUID = pl.Spec.Database.UID
-	if apiequality.Semantic.DeepEqual(pl.Status, st) {
-		return nil
-	}
-	patch := client.MergeFrom(pl.DeepCopy())
-	pl.Status = st
-	if err := s.hub.Status().Patch(ctx, pl, patch); err != nil {
-		return fmt.Errorf("reporting to placement %s: %w", pl.Name, client.IgnoreNotFound(err))
-	}
-	return nil
 }
 
 // resultOf is a placement's report as a member result; nil without one (or
@@ -249,4 +135,14 @@ func resultOf(pl *fleetv1alpha1.DatabasePlacement) *memberResult {
 	}
 	return &memberResult{Status: *pl.Status.Cluster, HasWorkload: pl.Status.HasWorkload, TornDown: pl.Status.TornDown,
 		Unreachable: pl.Status.Unreachable, At: time.Now()}
+}
+
+// publish writes the plan's placements (the leader).
+func (s *shardRuntime) publish(ctx context.Context, key types.NamespacedName, p *plan) error {
+	return s.store.Publish(ctx, key, desiredSpecs(key, p))
+}
+
+// report writes the member's result on its placement when it changed (the member's owner).
+func (s *shardRuntime) report(ctx context.Context, key types.NamespacedName, cluster string, res *memberResult) error {
+	return s.store.Report(ctx, key, cluster, placementStatus(res, s.coord.Self()))
 }

@@ -2,26 +2,15 @@ package database
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/sharding"
 )
-
-func TestPlacementNames(t *testing.T) {
-	g := NewWithT(t)
-	a := placementName(types.NamespacedName{Namespace: "a", Name: "b.c"}, "d")
-	b := placementName(types.NamespacedName{Namespace: "a", Name: "b"}, "c.d")
-	g.Expect(a).NotTo(Equal(b), "names with dots must not collide")
-	long := placementName(types.NamespacedName{Namespace: strings.Repeat("n", 63), Name: strings.Repeat("d", 253)}, strings.Repeat("m", 253))
-	g.Expect(validation.IsDNS1123Subdomain(long)).To(BeEmpty())
-	g.Expect(validation.IsDNS1123Subdomain(a)).To(BeEmpty())
-}
 
 // The plan a member's owner reads back from a placement gives each member
 // the role the leader's plan gave it.
@@ -35,7 +24,7 @@ func TestPlacementPlanRoundTrip(t *testing.T) {
 	g.Expect(specs).To(HaveLen(3))
 	s := &shardRuntime{byName: map[string]placementEntry{}}
 	for cluster, spec := range specs {
-		s.byName[placementName(key, cluster)] = placementEntry{key: key, cluster: cluster, spec: spec}
+		s.byName[sharding.PlacementName(key, cluster)] = placementEntry{key: key, cluster: cluster, spec: spec}
 	}
 	for _, c := range []string{"m1", "m2", "m3"} {
 		got, finalBackup := s.plan(key, c)

@@ -12,10 +12,6 @@ import (
 	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
 
-// maxNamesInMessage bounds how many member names a condition message lists,
-// so the status stays small on large fleets.
-const maxNamesInMessage = 10
-
 // statusInput is everything the status of a Database is computed from.
 type statusInput struct {
 	db        *fleetv1alpha1.Database
@@ -197,9 +193,4 @@ func sameEntry(a, b fleetv1alpha1.ClusterStatus) bool {
 }
 
 // names lists member names for a message, bounded.
-func names(list []string) string {
-	if len(list) <= maxNamesInMessage {
-		return strings.Join(list, ", ")
-	}
-	return fmt.Sprintf("%s and %d more", strings.Join(list[:maxNamesInMessage], ", "), len(list)-maxNamesInMessage)
-}
+func names(list []string) string { return statusmsg.Names(list) }

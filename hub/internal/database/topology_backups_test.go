@@ -23,30 +23,6 @@ func primaryStandbyDB() *fleetv1alpha1.Database {
 	return db
 }
 
-// TestOnDemandBackupFromPrimary: an on-demand backup of a PrimaryStandby
-// Database runs in the member that is primary; a standby member, asked for
-// or not, is Skipped and says where the backup is.
-func TestOnDemandBackupFromPrimary(t *testing.T) {
-	g := NewWithT(t)
-	db := primaryStandbyDB()
-	b := &fleetv1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{UID: "b1"}}
-	recs := initialRecords(b, db)
-	g.Expect(recs).To(HaveLen(3))
-	g.Expect(recs[0]).To(And(HaveField("Cluster", "m1"), HaveField("Phase", fleetv1alpha1.BackupPhaseSkipped), HaveField("Message", ContainSubstring("primary member m2"))))
-	g.Expect(recs[1]).To(And(HaveField("Cluster", "m2"), HaveField("Phase", fleetv1alpha1.BackupPhasePending)))
-	g.Expect(recs[2]).To(And(HaveField("Cluster", "m3"), HaveField("Phase", fleetv1alpha1.BackupPhaseSkipped)))
-
-	b.Spec.ClusterNames = []string{"m3"}
-	recs = initialRecords(b, db)
-	g.Expect(recs).To(HaveLen(2), "the standby asked for is replaced by the primary")
-	g.Expect(recs[0]).To(And(HaveField("Cluster", "m2"), HaveField("Phase", fleetv1alpha1.BackupPhasePending)))
-	g.Expect(recs[1]).To(And(HaveField("Cluster", "m3"), HaveField("Phase", fleetv1alpha1.BackupPhaseSkipped)))
-
-	db.Spec.Topology, db.Status.Topology = nil, nil
-	recs = initialRecords(b, db)
-	g.Expect(recs).To(ConsistOf(And(HaveField("Cluster", "m3"), HaveField("Phase", fleetv1alpha1.BackupPhasePending))), "Independent: each member its own")
-}
-
 // TestFinalBackupFromPrimary: when a PrimaryStandby Database is deleted, a
 // standby member's teardown waits for the primary member's final backup and
 // is then covered by it; it takes its own only when the primary member's

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/internal/pki"
@@ -77,19 +76,11 @@ func createTopologyPKI(ctx context.Context, c client.Client, db *fleetv1alpha1.D
 	if err != nil {
 		return pki.Set{}, err
 	}
-	s := corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{
-			fleetv1alpha1.LabelManagedBy:         fleetv1alpha1.ManagedByValue,
-			fleetv1alpha1.LabelDatabaseNamespace: db.Namespace,
-			fleetv1alpha1.LabelDatabaseName:      db.Name,
-		}},
-		Type: corev1.SecretTypeOpaque,
-		Data: data,
-	}
-	if err := controllerutil.SetControllerReference(db, &s, c.Scheme()); err != nil {
+	s, err := newHubSecret(db, key, data, c.Scheme())
+	if err != nil {
 		return pki.Set{}, fmt.Errorf("owning the topology PKI secret: %w", err)
 	}
-	if err := c.Create(ctx, &s); err != nil {
+	if err := c.Create(ctx, s); err != nil {
 		// AlreadyExists: another pass created it; the next reconcile reads it.
 		return pki.Set{}, fmt.Errorf("creating the topology PKI secret: %w", err)
 	}

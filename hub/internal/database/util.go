@@ -6,6 +6,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fleetdb/fleetdb/hub/internal/queue"
 )
 
 func metav1Time(t time.Time) metav1.Time {
@@ -24,15 +26,8 @@ func sortedKeys(m map[string]bool) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
-func minPositive(a, b time.Duration) time.Duration {
-	switch {
-	case a <= 0:
-		return b
-	case b <= 0:
-		return a
-	}
-	return min(a, b)
-}
+// minPositive is the sooner of two requeue delays (queue.Sooner).
+func minPositive(a, b time.Duration) time.Duration { return queue.Sooner(a, b) }
 
 // ptrTo returns a pointer to v.
 func ptrTo[T any](v T) *T { return &v }

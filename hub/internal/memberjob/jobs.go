@@ -9,6 +9,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -85,4 +86,27 @@ func Backoff(attempt int, base, limit time.Duration) time.Duration {
 		d *= 2
 	}
 	return min(d, limit)
+}
+
+// SamePod reports whether got's pod runs what want's (the Job the hub
+// renders) does: the same containers (name, image, command, arguments,
+// working directory, environment, mounts) and volumes. Labels and names are
+// no proof a Job is the hub's: whoever may create Jobs in the namespace can
+// copy them (the hub identity is on objects any reader sees), and a Job
+// running "true" completes for real. A Job that passes ran the hub's script
+// on the hub's volumes, whoever created it.
+func SamePod(got, want *batchv1.Job) bool {
+	g, w := &got.Spec.Template.Spec, &want.Spec.Template.Spec
+	return slices.EqualFunc(g.InitContainers, w.InitContainers, sameContainer) &&
+		slices.EqualFunc(g.Containers, w.Containers, sameContainer) &&
+		slices.EqualFunc(g.Volumes, w.Volumes, func(a, b corev1.Volume) bool {
+			return a.Name == b.Name && apiequality.Semantic.DeepEqual(a.VolumeSource, b.VolumeSource)
+		})
+}
+
+// sameContainer compares what decides what a container runs.
+func sameContainer(a, b corev1.Container) bool {
+	return a.Name == b.Name && a.Image == b.Image && slices.Equal(a.Command, b.Command) && slices.Equal(a.Args, b.Args) &&
+		a.WorkingDir == b.WorkingDir && apiequality.Semantic.DeepEqual(a.Env, b.Env) &&
+		apiequality.Semantic.DeepEqual(a.EnvFrom, b.EnvFrom) && apiequality.Semantic.DeepEqual(a.VolumeMounts, b.VolumeMounts)
 }

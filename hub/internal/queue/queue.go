@@ -76,3 +76,15 @@ func Request(cluster string, key types.NamespacedName) mcreconcile.Request {
 		Request:     reconcile.Request{NamespacedName: key},
 	}
 }
+
+// Sooner is the sooner of two requeue delays, a non-positive one meaning
+// none.
+func Sooner(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
+}

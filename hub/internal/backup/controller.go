@@ -1,4 +1,4 @@
-package database
+package backup
 
 import (
 	"context"
@@ -8,7 +8,9 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -68,32 +70,49 @@ type backupReconciler struct {
 	cleaned map[types.UID]map[string]bool
 }
 
-// backupController registers the DatabaseBackup controller: DatabaseBackup
+// Options configure the DatabaseBackup controllers; the hub's wiring fills
+// them from its own.
+type Options struct {
+	// HubID is the hub identity stamped on (and required of) every member Job.
+	HubID string
+	// ImageRepository overrides the engines' image repository.
+	ImageRepository string
+	// MemberCallTimeout bounds one member's step.
+	MemberCallTimeout time.Duration
+	// ReconcileTimeout bounds one reconcile (hub calls).
+	ReconcileTimeout time.Duration
+	// Recorder records the Events of DatabaseBackups.
+	Recorder events.EventRecorder
+	// SkipNameValidation is the manager's controller option (multicluster-runtime's builder does not take it from the manager).
+	SkipNameValidation *bool
+}
+
+// Setup registers the DatabaseBackup controller: DatabaseBackup
 // events, the Database a DatabaseBackup names, and registry changes (a
 // member coming back resumes its backups at once).
-func (w *wiring) backupController() error {
-	local := w.mgr.GetLocalManager()
+func Setup(mgr mcmanager.Manager, provider *clusters.Provider, opts Options) error {
+	local := mgr.GetLocalManager()
 	br := &backupReconciler{
-		hub: local.GetClient(), mgr: w.mgr, provider: w.provider, opts: w.opts, recorder: w.recorder, now: time.Now,
+		hub: local.GetClient(), mgr: mgr, provider: provider, opts: opts, recorder: opts.Recorder, now: time.Now,
 		retry:   workqueue.NewTypedItemExponentialFailureRateLimiter[string](backupRetryBase, backupRetryMax),
 		cleaned: map[types.UID]map[string]bool{},
 	}
 	hubOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)}
-	return mcbuilder.ControllerManagedBy(w.mgr).
+	return mcbuilder.ControllerManagedBy(mgr).
 		Named("databasebackup").
 		Watches(&fleetv1alpha1.DatabaseBackup{}, mchandler.TypedEnqueueRequestForObject[client.Object](), hubOnly...).
 		Watches(&fleetv1alpha1.Database{},
 			mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](backupsOfDatabase(local.GetClient())), hubOnly...).
-		WatchesRawSource(registrySource[mcreconcile.Request]{provider: w.provider, requests: br.backupsOnMember}).
+		WatchesRawSource(clusters.RegistrySource[mcreconcile.Request]{Provider: provider, Requests: br.backupsOnMember}).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
 			MaxConcurrentReconciles: backupWorkers,
-			SkipNameValidation:      w.skipNames,
-			ReconciliationTimeout:   hubReconcileTimeout,
-			LogConstructor: reconcileLogs(w.mgr.GetLogger(), "databasebackup", func(req *mcreconcile.Request) []any {
+			SkipNameValidation:      opts.SkipNameValidation,
+			ReconciliationTimeout:   opts.ReconcileTimeout,
+			LogConstructor: telemetry.ReconcileLogs(mgr.GetLogger(), "databasebackup", func(req *mcreconcile.Request) []any {
 				return []any{"databaseBackup", req.NamespacedName.String()}
 			}),
 		}).
-		Complete(tracedReconciler[mcreconcile.Request]{inner: br, tracer: telemetry.Tracer(), span: spanBackupReconcile})
+		Complete(telemetry.TracedReconciler[mcreconcile.Request]{Inner: br, Tracer: telemetry.Tracer(), Span: telemetry.SpanBackupReconcile})
 }
 
 // backupsOfDatabase maps a Database event to the unfinished (or deleting)
@@ -119,7 +138,7 @@ func backupsOfDatabase(c client.Client) func(context.Context, client.Object) []m
 // backupsOnMember maps a registry change of a member to the DatabaseBackups
 // that still have work there.
 func (r *backupReconciler) backupsOnMember(name string, _ clusters.Health) []mcreconcile.Request {
-	ctx, cancel := context.WithTimeout(context.Background(), hubReconcileTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.ReconcileTimeout)
 	defer cancel()
 	var list fleetv1alpha1.DatabaseBackupList
 	if err := r.hub.List(ctx, &list); err != nil {
@@ -203,11 +222,11 @@ func (r *backupReconciler) memberSteps(ctx context.Context, b *fleetv1alpha1.Dat
 	)
 	for i := range records {
 		rec := &records[i]
-		if recordFinal(rec.Phase) {
+		if fleetv1alpha1.BackupPhaseFinal(rec.Phase) {
 			continue
 		}
 		if gone && rec.Phase == fleetv1alpha1.BackupPhasePending {
-			t := metav1Time(r.now())
+			t := r.stamp()
 			rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, &t
 			rec.Message = "the Database was deleted before the backup ran in this member"
 			continue
@@ -219,7 +238,7 @@ func (r *backupReconciler) memberSteps(ctx context.Context, b *fleetv1alpha1.Dat
 			mu.Lock()
 			defer mu.Unlock()
 			*rec = next
-			requeue = minPositive(requeue, after)
+			requeue = queue.Sooner(requeue, after)
 		}()
 	}
 	wg.Wait()
@@ -235,12 +254,12 @@ func initialRecords(b *fleetv1alpha1.DatabaseBackup, db *fleetv1alpha1.Database)
 	if len(names) == 0 {
 		names = placed
 	}
-	placedSet := setOf(placed)
+	placedSet := sets.New(placed...)
 	names, instead := backupMembers(db, names)
 	out := make([]fleetv1alpha1.BackupRecord, 0, len(names))
-	for _, name := range sortedKeys(setOf(names)) {
+	for _, name := range sets.List(sets.New(names...)) {
 		rec := fleetv1alpha1.BackupRecord{Cluster: name, Phase: fleetv1alpha1.BackupPhasePending, BackupID: backupID(b)}
-		if !placedSet[name] {
+		if !placedSet.Has(name) {
 			rec.Phase = fleetv1alpha1.BackupPhaseSkipped
 			rec.Message = "the Database is not placed on this member"
 		}
@@ -249,8 +268,9 @@ func initialRecords(b *fleetv1alpha1.DatabaseBackup, db *fleetv1alpha1.Database)
 	return withStandbyRecords(out, instead, backupID(b))
 }
 
-func recordFinal(phase string) bool {
-	return phase == fleetv1alpha1.BackupPhaseSucceeded || phase == fleetv1alpha1.BackupPhaseFailed || phase == fleetv1alpha1.BackupPhaseSkipped
+// stamp is now as a status timestamp (whole seconds).
+func (r *backupReconciler) stamp() metav1.Time {
+	return metav1.NewTime(r.now().Truncate(time.Second))
 }
 
 // writeBackupStatus patches the status when it changed.

@@ -1,15 +1,12 @@
-package database
+package backup
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
@@ -19,23 +16,15 @@ import (
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
 )
 
-// backupHash is the LabelBackup value of a DatabaseBackup's member Jobs and
-// the stem of their names: deterministic from its UID, so a restarted hub
-// finds the Jobs it created.
-func backupHash(uid types.UID) string {
-	sum := sha256.Sum256([]byte(uid))
-	return hex.EncodeToString(sum[:5])
-}
-
 // backupJobName is the member backup Job of a DatabaseBackup: at most 58
 // characters for a Database name of at most 40.
 func backupJobName(b *fleetv1alpha1.DatabaseBackup) string {
-	return b.Spec.DatabaseName + "-bk-" + backupHash(b.UID)
+	return b.Spec.DatabaseName + "-bk-" + b.UIDHash()
 }
 
 // backupCleanupJobName is the member Job that removes a DatabaseBackup's files.
 func backupCleanupJobName(b *fleetv1alpha1.DatabaseBackup) string {
-	return b.Spec.DatabaseName + "-bkrm-" + backupHash(b.UID)
+	return b.Spec.DatabaseName + "-bkrm-" + b.UIDHash()
 }
 
 // memberBackup runs one member's step with the member's client, bounded by
@@ -65,7 +54,7 @@ func (r *backupReconciler) memberBackup(ctx context.Context, b *fleetv1alpha1.Da
 // memberClients are the member's client (writes) and live reader, or nil
 // and why the member cannot be reached.
 func (r *backupReconciler) memberClients(ctx context.Context, cluster string) (client.Client, client.Reader, string) {
-	if h := r.provider.Health(cluster); !h.Engaged || !h.Ready {
+	if h := r.provider.Health(cluster); !h.Usable() {
 		return nil, nil, h.Message
 	}
 	cl, err := r.mgr.GetCluster(ctx, multicluster.ClusterName(cluster))
@@ -87,10 +76,15 @@ func (r *backupReconciler) stepBackup(ctx context.Context, c client.Client, live
 	case err != nil:
 		return rec, 0, fmt.Errorf("reading the backup job: %w", err)
 	}
-	now := metav1Time(r.now())
+	now := r.stamp()
 	if !ownsBackupJob(&job, b, r.opts.HubID) {
 		rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, &now
 		rec.Message = "a Job named " + job.Name + " exists in the member and is not this backup's"
+		return rec, 0, nil
+	}
+	if why := r.untrusted(&job, b, db, rec.Cluster); why != "" {
+		rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, &now
+		rec.Message = statusmsg.Bound(why)
 		return rec, 0, nil
 	}
 	if rec.Started == nil {
@@ -122,7 +116,7 @@ func (r *backupReconciler) stepBackup(ctx context.Context, c client.Client, live
 // when missing) once the Database is Ready in the member.
 func (r *backupReconciler) startBackup(ctx context.Context, c client.Client, b *fleetv1alpha1.DatabaseBackup,
 	db *fleetv1alpha1.Database, rec fleetv1alpha1.BackupRecord) (fleetv1alpha1.BackupRecord, time.Duration, error) {
-	now := metav1Time(r.now())
+	now := r.stamp()
 	if rec.Started != nil {
 		// It ran: a Job that is gone now (removed by hand) cannot say how it went.
 		rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, &now

@@ -1,4 +1,4 @@
-package database
+package sharding
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 	"sigs.k8s.io/multicluster-runtime/pkg/util/sanitize"
 
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
 )
 
@@ -58,10 +60,10 @@ const (
 	shardCallTimeout = 4 * time.Second
 )
 
-// shardCoordinator is the sharded coordinator, pinned and wrapped: its loop
+// Coordinator is the sharded coordinator, pinned and wrapped: its loop
 // runs on every replica (not only the elected leader), and it tells which
 // members this replica owns now.
-type shardCoordinator struct {
+type Coordinator struct {
 	*sharded.Coordinator
 	self  string
 	peers *peerRegistry
@@ -72,12 +74,12 @@ type shardCoordinator struct {
 	onOwned func(cluster string)
 }
 
-var _ mcmanager.Coordinator = &shardCoordinator{}
+var _ mcmanager.Coordinator = &Coordinator{}
 
-// newShardCoordinator builds the coordinator for replica replicaID; its
+// newCoordinator builds the coordinator for replica replicaID; its
 // Leases live in namespace and are written with an uncached client whose
 // calls are bounded by shardCallTimeout.
-func newShardCoordinator(cfg *rest.Config, c client.Options, namespace, replicaID string, log logr.Logger) (*shardCoordinator, error) {
+func newCoordinator(cfg *rest.Config, c client.Options, namespace, replicaID string, log logr.Logger) (*Coordinator, error) {
 	lc := rest.CopyConfig(cfg)
 	lc.Timeout = shardCallTimeout
 	kube, err := client.New(lc, c)
@@ -87,7 +89,7 @@ func newShardCoordinator(cfg *rest.Config, c client.Options, namespace, replicaI
 	log = log.WithName("shards")
 	self := sanitize.DNS1123(replicaID)
 	peers := newPeerRegistry(kube, namespace, self, log)
-	sc := &shardCoordinator{self: self, peers: peers, owned: map[string]context.Context{}}
+	sc := &Coordinator{self: self, peers: peers, owned: map[string]context.Context{}}
 	sc.Coordinator = sharded.New(kube, log,
 		sharded.WithShardLease(namespace, ShardFencePrefix),
 		sharded.WithPerClusterLease(true),
@@ -101,19 +103,19 @@ func newShardCoordinator(cfg *rest.Config, c client.Options, namespace, replicaI
 }
 
 // Runnable is the coordinator's loop, run on every replica.
-func (s *shardCoordinator) Runnable() manager.Runnable {
+func (s *Coordinator) Runnable() manager.Runnable {
 	return leaderless{s.Coordinator.Runnable()}
 }
 
-// owns reports whether this replica holds the member's fence now.
-func (s *shardCoordinator) owns(cluster string) bool {
-	_, ok := s.ownership(cluster)
+// Owns reports whether this replica holds the member's fence now.
+func (s *Coordinator) Owns(cluster string) bool {
+	_, ok := s.Ownership(cluster)
 	return ok
 }
 
-// ownership is the context of this replica's ownership of the member: it
+// Ownership is the context of this replica's ownership of the member: it
 // ends when the fence is lost or handed over.
-func (s *shardCoordinator) ownership(cluster string) (context.Context, bool) {
+func (s *Coordinator) Ownership(cluster string) (context.Context, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ctx, ok := s.owned[cluster]
@@ -123,7 +125,7 @@ func (s *shardCoordinator) ownership(cluster string) (context.Context, bool) {
 // ownershipAware records the members the coordinator engages on this
 // replica: from Engage until the engagement's context ends (fence lost or
 // handed over, member removed).
-type ownershipAware struct{ s *shardCoordinator }
+type ownershipAware struct{ s *Coordinator }
 
 func (o ownershipAware) Engage(ctx context.Context, name multicluster.ClusterName, _ cluster.Cluster) error {
 	s, cluster := o.s, string(name)
@@ -168,26 +170,22 @@ func (o ownedOnly) IndexField(ctx context.Context, obj client.Object, field stri
 	return o.p.IndexField(ctx, obj, field, extract)
 }
 
-// NewMCManager is the multicluster manager: as before without sharding;
-// with it, the sharded coordinator engages members with the controllers,
-// and the provider runs on every replica, its MemberCluster status written
-// by the elected leader only.
-func NewMCManager(hubCfg *rest.Config, provider *clusters.Provider, mopts manager.Options, log logr.Logger, replicaID string, opts *Options) (mcmanager.Manager, error) {
-	if !opts.Sharding {
-		return mcmanager.New(hubCfg, provider, mopts)
-	}
-	shardCacheOptions(&mopts.Cache, opts.HubNamespace)
+// NewMCManager is the multicluster manager of a sharded hub: the sharded
+// coordinator engages members with the controllers, and the provider runs
+// on every replica, its MemberCluster status written by the elected leader
+// only. The coordinator's Leases live in namespace.
+func NewMCManager(hubCfg *rest.Config, provider *clusters.Provider, mopts manager.Options, log logr.Logger, replicaID, namespace string) (mcmanager.Manager, *Coordinator, error) {
+	CacheOptions(&mopts.Cache, namespace)
 	if log.GetSink() == nil {
 		log = ctrl.Log // the manager's default too
 	}
-	coord, err := newShardCoordinator(hubCfg, client.Options{Scheme: mopts.Scheme}, opts.HubNamespace, replicaID, log)
+	coord, err := newCoordinator(hubCfg, client.Options{Scheme: mopts.Scheme}, namespace, replicaID, log)
 	if err != nil {
-		return nil, fmt.Errorf("sharded coordinator: %w", err)
+		return nil, nil, fmt.Errorf("sharded coordinator: %w", err)
 	}
-	opts.shards = coord
 	mgr, err := mcmanager.New(hubCfg, ownedOnly{provider}, mopts, mcmanager.WithCoordinator(coord))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	local := mgr.GetLocalManager()
 	provider.SetStatusWriter(func() bool {
@@ -199,18 +197,38 @@ func NewMCManager(hubCfg *rest.Config, provider *clusters.Provider, mopts manage
 		}
 	})
 	if err := local.Add(leaderlessFunc(func(ctx context.Context) error { return provider.Start(ctx, mgr) })); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return mgr, nil
+	return mgr, coord, nil
 }
 
-// everyReplica is the manager as a controller built on it sees it: what it
+// Self is this replica's identity (on the placement reports it writes).
+func (s *Coordinator) Self() string { return s.self }
+
+// OnOwned sets what is called (outside the lock) when this replica starts
+// owning a member.
+func (s *Coordinator) OnOwned(f func(cluster string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onOwned = f
+}
+
+// CacheOptions keeps the hub's cache of placements to the hub namespace.
+func CacheOptions(o *cache.Options, namespace string) {
+	if o.ByObject == nil {
+		o.ByObject = map[client.Object]cache.ByObject{}
+	}
+	o.ByObject[&fleetv1alpha1.DatabasePlacement{}] = cache.ByObject{Namespaces: map[string]cache.Config{namespace: {}}}
+}
+
+// EveryReplica is the manager as a controller built on it sees it: what it
 // adds runs on every replica. multicluster-runtime's controllers do not pass
 // controller-runtime's NeedLeaderElection option on, so the member sync
 // controller of a sharded hub is added through it.
-type everyReplica struct{ mcmanager.Manager }
+type EveryReplica struct{ mcmanager.Manager }
 
-func (m everyReplica) Add(r mcmanager.Runnable) error {
+// Add adds r to run on every replica.
+func (m EveryReplica) Add(r mcmanager.Runnable) error {
 	return m.Manager.Add(leaderlessAware{r})
 }
 

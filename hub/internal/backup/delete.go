@@ -1,4 +1,4 @@
-package database
+package backup
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
+	"github.com/fleetdb/fleetdb/hub/internal/queue"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
 )
 
@@ -65,7 +66,7 @@ func (r *backupReconciler) reconcileBackupDelete(ctx context.Context, b *fleetv1
 				}
 			default:
 				pending++
-				requeue = minPositive(requeue, out.requeue)
+				requeue = queue.Sooner(requeue, out.requeue)
 			}
 		}()
 	}
@@ -163,27 +164,16 @@ func (r *backupReconciler) cleanupStep(ctx context.Context, c client.Client, liv
 	return cleanupOutcome{done: true}, deleteJob(ctx, c, backupJob)
 }
 
-// cleanupTemplate is the Job the cleanup Job is made from: the backup Job,
-// or, when that was removed, the backup Job the Database would get (nil
-// when the Database is gone too).
+// cleanupTemplate is the Job the cleanup Job is made from: the backup Job
+// the Database would get, or, when the Database is gone, the backup Job
+// (as before; nil when neither is left). A backup Job at the hub's name
+// whose pod differs from the rendered one is never the template (untrusted).
 func (r *backupReconciler) cleanupTemplate(ctx context.Context, b *fleetv1alpha1.DatabaseBackup, cluster string, backupJob *batchv1.Job) *batchv1.Job {
-	if backupJob != nil {
+	db := r.database(ctx, b)
+	if db == nil {
 		return backupJob
 	}
-	db := &fleetv1alpha1.Database{}
-	if err := r.hub.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.DatabaseName}, db); err != nil {
-		return nil
-	}
-	objs, err := renderBackup(db, b, cluster, r.opts)
-	if err != nil {
-		return nil
-	}
-	for _, obj := range objs {
-		if j, ok := obj.(*batchv1.Job); ok {
-			return j
-		}
-	}
-	return nil
+	return r.renderedJob(db, b, cluster)
 }
 
 // runCleanupJob creates the cleanup Job from the backup Job (its image and
@@ -279,4 +269,13 @@ func (r *backupReconciler) forgetCleaned(b *fleetv1alpha1.DatabaseBackup) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.cleaned, b.UID)
+}
+
+// database is the DatabaseBackup's Database; nil when it cannot be read.
+func (r *backupReconciler) database(ctx context.Context, b *fleetv1alpha1.DatabaseBackup) *fleetv1alpha1.Database {
+	db := &fleetv1alpha1.Database{}
+	if err := r.hub.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.DatabaseName}, db); err != nil {
+		return nil
+	}
+	return db
 }

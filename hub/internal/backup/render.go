@@ -1,13 +1,13 @@
-package database
+package backup
 
 import (
 	"context"
 	"fmt"
 	"maps"
-	"regexp"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -15,18 +15,9 @@ import (
 	"github.com/fleetdb/fleetdb/member"
 )
 
-var backupIDName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-
 // backupID is the directory of a DatabaseBackup's files in each member
-// (/backups/<namespace>/<database>/<backupID>/ on the backup volume): its
-// name and a hash of its UID (a DatabaseBackup created again under the same
-// name writes elsewhere), or "od-<hash>" for a name that does not fit.
-func backupID(b *fleetv1alpha1.DatabaseBackup) string {
-	if len(b.Name) <= 48 && backupIDName.MatchString(b.Name) {
-		return b.Name + "-" + backupHash(b.UID)[:6]
-	}
-	return "od-" + backupHash(b.UID)
-}
+// (DatabaseBackup.BackupID).
+func backupID(b *fleetv1alpha1.DatabaseBackup) string { return b.BackupID() }
 
 // backupJobLabels select a DatabaseBackup's member Jobs (backup and cleanup).
 func backupJobLabels(b *fleetv1alpha1.DatabaseBackup, hubID string) map[string]string {
@@ -39,6 +30,37 @@ func backupJobLabels(b *fleetv1alpha1.DatabaseBackup, hubID string) map[string]s
 func ownsBackupJob(j *batchv1.Job, b *fleetv1alpha1.DatabaseBackup, hubID string) bool {
 	return memberjob.Own(j, hubID) && j.Labels[fleetv1alpha1.LabelBackupID] == backupID(b) &&
 		j.Labels[fleetv1alpha1.LabelBackupKind] == fleetv1alpha1.BackupKindOnDemand
+}
+
+// untrusted says why job, which carries this DatabaseBackup's name and
+// labels, is not taken as its backup ("" when it is): its pod must run what
+// the hub renders for it (memberjob.SamePod), the check the final backup
+// makes too. Without the Database nothing can be rendered to check against:
+// the Job is not trusted (data safety: no backup is recorded that the hub
+// cannot vouch for).
+func (r *backupReconciler) untrusted(job *batchv1.Job, b *fleetv1alpha1.DatabaseBackup, db *fleetv1alpha1.Database, cluster string) string {
+	if db != nil {
+		if want := r.renderedJob(db, b, cluster); want != nil && memberjob.SamePod(job, want) {
+			return ""
+		}
+		return "Job " + job.Name + " in the member carries this backup's name and labels but is not the backup Job the hub runs " +
+			"(its pod differs): not trusted"
+	}
+	return "the Database is gone: Job " + job.Name + " cannot be checked against the backup Job the hub runs; not trusted"
+}
+
+// renderedJob is the backup Job the hub renders for b in cluster (nil when it cannot be rendered).
+func (r *backupReconciler) renderedJob(db *fleetv1alpha1.Database, b *fleetv1alpha1.DatabaseBackup, cluster string) *batchv1.Job {
+	objs, err := renderBackup(db, b, cluster, r.opts)
+	if err != nil {
+		return nil
+	}
+	for _, obj := range objs {
+		if j, ok := obj.(*batchv1.Job); ok {
+			return j
+		}
+	}
+	return nil
 }
 
 // renderBackup renders the member's backup volume claim (created when
@@ -74,7 +96,7 @@ func backupLocation(ctx context.Context, live client.Reader, b *fleetv1alpha1.Da
 	}
 	var pods corev1.PodList
 	if err := live.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.JobNameLabel: job.Name}); err != nil {
-		if isForbidden(err) {
+		if apierrors.IsForbidden(err) {
 			// A member whose RBAC predates the pods rule: the layout says where, the size stays unknown.
 			return loc, nil, nil
 		}

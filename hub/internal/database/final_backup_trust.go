@@ -6,10 +6,9 @@ import (
 	"slices"
 
 	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
 )
@@ -60,19 +59,7 @@ func (r *memberSyncReconciler) trustedBackupJob(job *batchv1.Job, db *fleetv1alp
 	if err != nil {
 		return false
 	}
-	got, w := &job.Spec.Template.Spec, &want.Spec.Template.Spec
-	return slices.EqualFunc(got.InitContainers, w.InitContainers, sameBackupContainer) &&
-		slices.EqualFunc(got.Containers, w.Containers, sameBackupContainer) &&
-		slices.EqualFunc(got.Volumes, w.Volumes, func(a, b corev1.Volume) bool {
-			return a.Name == b.Name && apiequality.Semantic.DeepEqual(a.VolumeSource, b.VolumeSource)
-		})
-}
-
-// sameBackupContainer compares what decides what a container runs.
-func sameBackupContainer(a, b corev1.Container) bool {
-	return a.Name == b.Name && a.Image == b.Image && slices.Equal(a.Command, b.Command) && slices.Equal(a.Args, b.Args) &&
-		a.WorkingDir == b.WorkingDir && apiequality.Semantic.DeepEqual(a.Env, b.Env) &&
-		apiequality.Semantic.DeepEqual(a.EnvFrom, b.EnvFrom) && apiequality.Semantic.DeepEqual(a.VolumeMounts, b.VolumeMounts)
+	return memberjob.SamePod(job, want)
 }
 
 // untrustedBackupJob is the step of a member where a Job of this

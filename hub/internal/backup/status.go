@@ -1,4 +1,4 @@
-package database
+package backup
 
 import (
 	"fmt"
@@ -36,13 +36,13 @@ func foldBackupStatus(st *fleetv1alpha1.DatabaseBackupStatus, gone bool) {
 			st.Phase = fleetv1alpha1.BackupPhaseRunning
 		}
 		setBackupCondition(st, fleetv1alpha1.ConditionReady, false, fleetv1alpha1.ReasonBackupRunning,
-			fmt.Sprintf("%d of %d member(s) backed up; running: %s; pending: %s", len(succeeded), len(st.Clusters), orNone(running), orNone(pending)))
+			fmt.Sprintf("%d of %d member(s) backed up; running: %s; pending: %s", len(succeeded), len(st.Clusters), statusmsg.NamesOrNone(running), statusmsg.NamesOrNone(pending)))
 	case len(succeeded) == 0:
 		st.Phase = fleetv1alpha1.BackupPhaseFailed
-		reason, msg := fleetv1alpha1.ReasonBackupFailed, "failed: "+orNone(failed)
+		reason, msg := fleetv1alpha1.ReasonBackupFailed, "failed: "+statusmsg.NamesOrNone(failed)
 		switch {
 		case len(failed) == 0:
-			reason, msg = fleetv1alpha1.ReasonNoMembers, "none of the members to back up is placed (skipped: "+orNone(skipped)+")"
+			reason, msg = fleetv1alpha1.ReasonNoMembers, "none of the members to back up is placed (skipped: "+statusmsg.NamesOrNone(skipped)+")"
 		case gone:
 			reason = fleetv1alpha1.ReasonDatabaseDeleting
 			msg = "the Database was deleted before the backup ran; " + msg
@@ -53,25 +53,18 @@ func foldBackupStatus(st *fleetv1alpha1.DatabaseBackupStatus, gone bool) {
 	case len(failed) > 0:
 		st.Phase = fleetv1alpha1.BackupPhasePartiallyFailed
 		setBackupCondition(st, fleetv1alpha1.ConditionReady, false, fleetv1alpha1.ReasonBackupPartiallyFailed,
-			fmt.Sprintf("succeeded: %s; failed: %s", names(succeeded), names(failed)))
+			fmt.Sprintf("succeeded: %s; failed: %s", statusmsg.Names(succeeded), statusmsg.Names(failed)))
 	default:
 		st.Phase = fleetv1alpha1.BackupPhaseSucceeded
-		msg := "backed up in " + names(succeeded)
+		msg := "backed up in " + statusmsg.Names(succeeded)
 		if len(skipped) > 0 {
-			msg += "; skipped: " + names(skipped)
+			msg += "; skipped: " + statusmsg.Names(skipped)
 		}
 		setBackupCondition(st, fleetv1alpha1.ConditionReady, true, fleetv1alpha1.ReasonBackupSucceeded, msg)
 	}
 	if !stalled {
 		meta.RemoveStatusCondition(&st.Conditions, fleetv1alpha1.ConditionStalled)
 	}
-}
-
-func orNone(list []string) string {
-	if len(list) == 0 {
-		return "none"
-	}
-	return names(list)
 }
 
 // setBackupCondition sets a condition at the status' observedGeneration.
