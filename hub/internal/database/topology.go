@@ -61,7 +61,7 @@ func (r *databaseReconciler) reconcileTopology(ctx context.Context, s *databaseS
 	if r.shard != nil {
 		// The leader runs this pass; it decides on reports only the
 		// owner of a member has (docs/sharding.md).
-		in.Owns = r.shard.coord.owns
+		in.Owns = r.shard.coord.Owns
 	}
 	pass := topology.Run(in)
 	s.topologyPass = pass
