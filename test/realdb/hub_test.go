@@ -138,8 +138,14 @@ func TestHubRunsCloudNativePGOnRealNodes(t *testing.T) {
 		T: t, Fleet: f, Key: key, Members: members, Replicas: 2, Version: pgVersion,
 	})
 	t.Logf("Database Ready through the hub (2 members x 2 instances) %s after it was created", time.Since(created).Round(time.Second))
+	generations := map[string]int64{}
 	for _, m := range f.Members {
 		e2e.ExpectMemberWorkload(ctx, e2e.ExpectMemberWorkloadInput{T: t, Fleet: f, Member: m, DB: ready, Replicas: 2, Version: pgVersion})
+		u := member.NewCNPGCluster()
+		if err := m.Client.Get(ctx, key, u); err != nil {
+			t.Fatal(err)
+		}
+		generations[m.Name] = u.GetGeneration()
 	}
 
 	// SQL in each member: written and read back through the client Service
@@ -195,6 +201,22 @@ spec:
 		k(time.Minute, "", "-n", ns, "delete", "pod", "psql", "--wait=false")
 	}
 
+	// A steady Database makes no writes: the hub did not write the Clusters'
+	// spec again while the rows went in (CloudNativePG's defaulting webhook
+	// adds fields to what fleetdb applies; a hub that fought it would bump
+	// the generation on every sync).
+	for _, m := range f.Members {
+		u := member.NewCNPGCluster()
+		if err := m.Client.Get(ctx, key, u); err != nil {
+			t.Fatal(err)
+		}
+		if u.GetGeneration() != generations[m.Name] {
+			t.Errorf("%s: the Cluster's spec was written again while the Database was steady: generation %d, then %d",
+				m.Name, generations[m.Name], u.GetGeneration())
+		}
+	}
+	logMemory(t, "rdbhub", members)
+
 	// Deletion: gone from the hub, and CloudNativePG's Cluster, pods and
 	// claims gone in both members.
 	deleted := time.Now()
@@ -214,7 +236,6 @@ spec:
 		}
 	}
 	t.Logf("Database deleted in both members %s after the delete; whole test %s", time.Since(deleted).Round(time.Second), time.Since(start).Round(time.Second))
-	logMemory(t, "rdbhub", members)
 }
 
 // watchRefusals fails the test, with the webhook's own message, as soon as
@@ -293,7 +314,7 @@ func readFile(t *testing.T, path string) string {
 }
 
 // logMemory logs what each real node's memory cgroup holds (v1 hierarchy:
-// its processes' memory and page cache).
+// its processes' memory and page cache), with the Database running.
 func logMemory(t *testing.T, prefix string, members []string) {
 	for _, m := range members {
 		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", prefix+"-rn-"+m, "memory.usage_in_bytes"))
