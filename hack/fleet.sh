@@ -198,12 +198,20 @@ cnpg() {
 		[ "$i" -lt 30 ] || { echo "fleet: the CloudNativePG CRDs are not established in $c" >&2; return 1; }
 		sleep 1
 	done
-	# CloudNativePG's webhook rules on the fields fleetdb writes, as an admission policy (no operator runs).
-	"$KUBECTL" --kubeconfig "$kc" apply --server-side --force-conflicts -f "$root/hack/kwok/cnpg-webhook-policy.yaml" >/dev/null
+	# With real nodes the real operator and its webhooks run (hack/realnode.sh
+	# cnpg): neither the Stages that play it nor the policy that plays its
+	# webhook are installed, not even for a moment on a later `up`.
+	local play=(-f "$root/hack/kwok/cnpg-stages.yaml" -f "$root/hack/kwok/test-stages.yaml")
+	if [ "$FLEET_NODES" = real ]; then
+		play=()
+	else
+		# CloudNativePG's webhook rules on the fields fleetdb writes, as an admission policy (no operator runs).
+		"$KUBECTL" --kubeconfig "$kc" apply --server-side --force-conflicts -f "$root/hack/kwok/cnpg-webhook-policy.yaml" >/dev/null
+	fi
 	"$KUBECTL" --kubeconfig "$kc" apply \
 		-f "$kwokdir/node/fast/node-initialize.yaml" -f "$kwokdir/node/$heartbeat" \
 		-f "$kwokdir/pod/fast/pod-ready.yaml" -f "$kwokdir/pod/fast/pod-complete.yaml" -f "$kwokdir/pod/fast/pod-delete.yaml" \
-		-f "$root/hack/kwok/cnpg-stages.yaml" -f "$root/hack/kwok/test-stages.yaml" >/dev/null
+		${play[@]+"${play[@]}"} >/dev/null
 }
 
 # hub_identity applies deploy/rbac to the hub, asks its token controller for a
