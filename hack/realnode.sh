@@ -163,14 +163,18 @@ node_pids() {
 }
 
 # start NAME CMD... runs CMD in the node's network and mount namespaces and
-# cgroups, logging to $dir/NAME.log.
+# cgroups, logging to $dir/NAME.log, in a session of its own (setsid; the
+# subshell is no process group leader, so setsid does not fork and $! stays
+# CMD's pid): a Ctrl-C in the terminal of `make run NODES=real` goes to its
+# foreground process group, and the kubelet and containerd, which handle
+# SIGINT, would stop with the hub.
 start() {
 	local name=$1 holder
 	shift
 	holder=$(cat "$dir/holder.pid")
 	(
 		join_cgroups
-		exec nsenter --target "$holder" --mount --net -- "$@" >"$dir/$name.log" 2>&1 </dev/null
+		exec setsid nsenter --target "$holder" --mount --net -- "$@" >"$dir/$name.log" 2>&1 </dev/null
 	) &
 	echo $! >"$dir/$name.pid"
 }
@@ -372,7 +376,7 @@ up() {
 	done
 	(
 		join_cgroups
-		exec nsenter --net="/run/netns/$ns" -- unshare --mount --propagation private -- \
+		exec setsid nsenter --net="/run/netns/$ns" -- unshare --mount --propagation private -- \
 			sh -c "mount -t tmpfs -o mode=0755 tmpfs /run && mkdir $nd && mount --bind '$dir' $nd && $binds exec sleep infinity" </dev/null >"$dir/holder.log" 2>&1
 	) &
 	echo $! >"$dir/holder.pid"
@@ -396,11 +400,13 @@ up() {
 
 # dns runs CoreDNS on the real node as the member's kube-dns (the Service at
 # $dns_ip, the kubelet's clusterDNS): a CloudNativePG standby finds its
-# primary as <cluster>-rw.<namespace>.svc. The kubernetes plugin's RBAC and
-# Corefile are those of CoreDNS's own Kubernetes deployment
-# (github.com/coredns/deployment, kubernetes/coredns.yaml.sed), without
-# forward (pods reach nothing outside the fleet) and listening on 1053 as a
-# non-root user (the Service maps port 53 to it).
+# primary as <cluster>-rw.<namespace>.svc. The RBAC is what the kubernetes
+# plugin lists and watches (services, pods, endpointslices, namespaces:
+# plugin/kubernetes/controller.go, CoreDNS v1.14.7; endpoints as CoreDNS's
+# own manifest, github.com/coredns/deployment kubernetes/coredns.yaml.sed,
+# grants too). The Corefile is that manifest's without forward/proxy (pods
+# reach nothing outside the fleet), listening on 1053 as a non-root user
+# (the Service maps port 53 to it).
 dns() {
 	local image
 	image=$(cat "$BIN/coredns-image")
