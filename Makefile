@@ -42,16 +42,19 @@ verify: generate ## Fail when generated files or go.mod/go.sum are not up to dat
 	git diff --exit-code -- . ':(exclude)test/tools' || { echo "verify: the tree is not generated-clean (run make generate / go mod tidy and commit)"; exit 1; }
 	@test -z "$$(git status --porcelain --untracked-files=all -- apis deploy docs/reference)" || { git status --porcelain -- apis deploy docs/reference; echo "verify: untracked generated files"; exit 1; }
 
+# NODES=real: members whose nodes run real pods and the real CloudNativePG
+# operator (root, no Docker; docs/realnodes.md); default simulated (kwok).
+NODES ?= simulated
 .PHONY: run
-run: ## The main job: start the local fleet (hub + 2 members, no Docker) and run the hub on it.
-	hack/run.sh
+run: ## The main job: start the local fleet (hub + 2 members, no Docker) and run the hub on it; NODES=real for real pods.
+	FLEET_NODES=$(NODES) hack/run.sh
 
 .PHONY: fleet-up
-fleet-up: ## Start the local fleet only.
-	hack/fleet.sh up
+fleet-up: ## Start the local fleet only (NODES=real: with real nodes).
+	FLEET_NODES=$(NODES) hack/fleet.sh up
 
 .PHONY: fleet-down
-fleet-down: ## Stop and remove the local fleet.
+fleet-down: ## Stop and remove the local fleet, its real nodes too.
 	hack/fleet.sh down
 
 # ---- real nodes: members whose node runs real pods (root, no Docker; docs/realnodes.md) ----

@@ -22,6 +22,13 @@
 # FLEET_KWOKCTL_ARGS (optional) are extra flags for every `kwokctl create
 # cluster`, split on spaces (the e2e suite turns kwok's node leases off so a
 # member it stops and starts has its simulated nodes managed again at once).
+# FLEET_NODES=real (`make run NODES=real`) gives every member a node that runs
+# real pods and the real CloudNativePG operator instead of kwok's Stages
+# (hack/realnode.sh, docs/realnodes.md; root only): each member is created
+# with its own Service range (hack/realnode.sh kwokctl-config), then `up`
+# starts its real node, cluster DNS and the operator. `down` removes every
+# real node of FLEET_PREFIX whatever FLEET_NODES says (hack/realnode.sh
+# down-all), before the clusters.
 # FLEET_JOIN_TIMEOUT (default 5m) is how long `kubectl fleetdb join` waits for
 # a member's kube-controller-manager to issue the hub agent's token: on a
 # loaded machine with many members (the scale bench) 2m was not always enough.
@@ -42,6 +49,11 @@ FLEET_DIR=${FLEET_DIR:-$root/.cache/fleet}
 FLEET_MEMBERS=${FLEET_MEMBERS:-2}
 FLEET_PREFIX=${FLEET_PREFIX:-fleetdb}
 FLEET_JOIN_TIMEOUT=${FLEET_JOIN_TIMEOUT:-5m}
+FLEET_NODES=${FLEET_NODES:-simulated}
+case "$FLEET_NODES" in
+simulated | real) ;;
+*) echo "fleet: FLEET_NODES=$FLEET_NODES: want simulated or real" >&2; exit 2 ;;
+esac
 export KWOK_WORKDIR="$FLEET_DIR/kwok"
 HUB_NS=fleetdb-system
 
@@ -67,12 +79,19 @@ create() {
 	if [ -n "${FLEET_AUDIT_POLICY:-}" ]; then audit=(--kube-audit-policy "$FLEET_AUDIT_POLICY"); fi
 	if [ -n "${FLEET_KWOKCTL_ARGS:-}" ]; then read -r -a extra <<<"$FLEET_KWOKCTL_ARGS"; fi
 	if [ "$c" != hub ]; then crds=(--enable-crds=Stage); fi
+	if [ "$c" != hub ] && [ "$FLEET_NODES" = real ]; then
+		extra+=(--config "$("$root/hack/realnode.sh" kwokctl-config "$c")")
+	fi
 	if [ -s "$kc" ] && "$KUBECTL" --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1; then
 		if [ "$c" = hub ] || "$KUBECTL" --kubeconfig "$kc" get crd stages.kwok.x-k8s.io >/dev/null 2>&1; then
-			echo "fleet: $c is up" >&2
-			return
+			if [ "$c" = hub ] || [ "$FLEET_NODES" != real ] || real_ready "$c"; then
+				echo "fleet: $c is up" >&2
+				return
+			fi
+			echo "fleet: $c was created without its own Service range for a real node: recreating it" >&2
+		else
+			echo "fleet: $c predates the CloudNativePG stages: recreating it" >&2
 		fi
-		echo "fleet: $c predates the CloudNativePG stages: recreating it" >&2
 		"$KWOKCTL" delete cluster --name "$(cluster_name "$c")" --kubeconfig "$kc" >&2
 	fi
 	if "$KWOKCTL" get clusters 2>/dev/null | grep -x -- "$(cluster_name "$c")" >/dev/null; then
@@ -92,6 +111,14 @@ create() {
 	fi
 	"$KWOKCTL" get kubeconfig --name "$(cluster_name "$c")" >"$kc.tmp" && mv "$kc.tmp" "$kc"
 	controllers_up "$c"
+}
+
+# real_ready is true when member $1's kubernetes Service has the address
+# hack/realnode.sh kwokctl-config gave it (the member's own Service range).
+real_ready() {
+	local want
+	want=$(awk '$1 == "-" && $2 ~ /^[0-9.]+$/ {print $2; exit}' "$FLEET_DIR/kwokctl-$1.yaml")
+	[ "$("$KUBECTL" --kubeconfig "$(kubeconfig "$1")" -n default get service kubernetes -o jsonpath='{.spec.clusterIP}' 2>/dev/null)" = "$want" ]
 }
 
 # Each cluster runs one controller manager and one scheduler, so neither
@@ -171,12 +198,20 @@ cnpg() {
 		[ "$i" -lt 30 ] || { echo "fleet: the CloudNativePG CRDs are not established in $c" >&2; return 1; }
 		sleep 1
 	done
-	# CloudNativePG's webhook rules on the fields fleetdb writes, as an admission policy (no operator runs).
-	"$KUBECTL" --kubeconfig "$kc" apply --server-side --force-conflicts -f "$root/hack/kwok/cnpg-webhook-policy.yaml" >/dev/null
+	# With real nodes the real operator and its webhooks run (hack/realnode.sh
+	# cnpg): neither the Stages that play it nor the policy that plays its
+	# webhook are installed, not even for a moment on a later `up`.
+	local play=(-f "$root/hack/kwok/cnpg-stages.yaml" -f "$root/hack/kwok/test-stages.yaml")
+	if [ "$FLEET_NODES" = real ]; then
+		play=()
+	else
+		# CloudNativePG's webhook rules on the fields fleetdb writes, as an admission policy (no operator runs).
+		"$KUBECTL" --kubeconfig "$kc" apply --server-side --force-conflicts -f "$root/hack/kwok/cnpg-webhook-policy.yaml" >/dev/null
+	fi
 	"$KUBECTL" --kubeconfig "$kc" apply \
 		-f "$kwokdir/node/fast/node-initialize.yaml" -f "$kwokdir/node/$heartbeat" \
 		-f "$kwokdir/pod/fast/pod-ready.yaml" -f "$kwokdir/pod/fast/pod-complete.yaml" -f "$kwokdir/pod/fast/pod-delete.yaml" \
-		-f "$root/hack/kwok/cnpg-stages.yaml" -f "$root/hack/kwok/test-stages.yaml" >/dev/null
+		${play[@]+"${play[@]}"} >/dev/null
 }
 
 # hub_identity applies deploy/rbac to the hub, asks its token controller for a
@@ -262,11 +297,22 @@ up() {
 		i=$((i + 1))
 		register "$c" "$i"
 	done
-	echo "fleet: hub and $FLEET_MEMBERS member(s) ready under $FLEET_DIR" >&2
+	if [ "$FLEET_NODES" = real ]; then
+		for c in $(members); do
+			"$root/hack/realnode.sh" up "$c"
+			"$root/hack/realnode.sh" cnpg "$c"
+		done
+	fi
+	echo "fleet: hub and $FLEET_MEMBERS member(s) ready under $FLEET_DIR ($FLEET_NODES nodes)" >&2
 }
 
 down() {
 	bin
+	# Real nodes first (their processes, namespaces, routes, mounts, cgroups),
+	# while their members' API servers still answer.
+	if ! "$root/hack/realnode.sh" check >/dev/null 2>&1; then
+		"$root/hack/realnode.sh" down-all
+	fi
 	# Host-path volumes live under /tmp/hostpath_pv (hard-coded in Kubernetes):
 	# remove exactly the ones our members' PersistentVolumes point at.
 	for c in $(members); do

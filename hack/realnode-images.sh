@@ -10,8 +10,13 @@
 #                      /operator/manager_<arch>, /manager linking to it, user
 #                      65532, like CloudNativePG's Dockerfile
 #   postgresql.tar     PostgreSQL from Debian's packages, under the name fleetdb
-#                      gives a Cluster for that major version
-#                      (ghcr.io/cloudnative-pg/postgresql:<major>, member/cnpg.go):
+#                      renders for a Database whose spec.version is the Debian
+#                      package's <major>.<minor>
+#                      (ghcr.io/cloudnative-pg/postgresql:<major>.<minor>-system-trixie,
+#                      member/cnpg.go CNPGImageTag); the files postgresql-image
+#                      and postgresql-version hold that name and version
+#                      (docs/realnodes.md says why the Debian minor and not
+#                      fleetdb's pinned minor of the major):
 #                      the package closure of postgresql-<major> unpacked with
 #                      dpkg-deb (no maintainer scripts; without perl, locales,
 #                      LLVM and postgresql-common's wrappers), the binaries on
@@ -37,7 +42,7 @@ key=$(cat "$tools"/cnpgoperator/go.mod "$tools"/cnpgoperator/go.sum "$tools"/loc
 cnpg_version=$(awk '($1=="require" && $2=="github.com/cloudnative-pg/cloudnative-pg") {print $3; exit} $1=="github.com/cloudnative-pg/cloudnative-pg" {print $2; exit}' "$tools/cnpgoperator/go.mod")
 parent=${FLEETDB_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fleetdb/tools}
 out="$parent/realnode-images-cnpg-${cnpg_version}-${key}"
-want=(cnpg-operator.tar postgresql.tar release.yaml local-path-provisioner.tar local-path-storage.yaml)
+want=(cnpg-operator.tar postgresql.tar postgresql-image postgresql-version release.yaml local-path-provisioner.tar local-path-storage.yaml)
 
 complete() {
 	for f in "${want[@]}"; do [ -s "$out/$f" ] || return 1; done
@@ -137,6 +142,13 @@ if ! complete; then
 		mkdir -p "$debs"
 		mapfile -t pkgs < <(closure "postgresql-$major" dash libc-bin libsasl2-modules libldap-common)
 		(cd "$debs" && apt-get download -qq "${pkgs[@]}" >&2)
+		# The version the image runs is the downloaded package's, e.g.
+		# 15.20-0+deb12u1 -> 15.20: the image is named for it, so that the
+		# immutable tag fleetdb renders for spec.version "15.20" names exactly
+		# what runs (not fleetdb's pinned minor of the major, member/cnpg.go).
+		pg_version=$(dpkg-deb -f "$debs"/postgresql-"$major"_*.deb Version | sed -n 's/^\([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p')
+		[ -n "$pg_version" ] || { echo "realnode-images: cannot read the version of postgresql-$major's package" >&2; exit 1; }
+		pg_image="ghcr.io/cloudnative-pg/postgresql:$pg_version-system-trixie"
 		rootfs="$tmp/rootfs-postgresql"
 		mkdir -p "$rootfs"
 		for d in "$debs"/*.deb; do dpkg-deb -x "$d" "$rootfs"; done
@@ -152,9 +164,11 @@ if ! complete; then
 		printf 'root:x:0:\npostgres:x:26:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
 		chown 26:26 "$rootfs/var/lib/postgresql" "$rootfs/run/postgresql"
 		ldconfig -r "$rootfs"
-		"$BIN/ociimage" -name "ghcr.io/cloudnative-pg/postgresql:$major" -rootfs "$rootfs" -out "$tmp/postgresql.tar" \
+		"$BIN/ociimage" -name "$pg_image" -rootfs "$rootfs" -out "$tmp/postgresql.tar" \
 			-user 26 -env "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/lib/postgresql/$major/bin"
 		echo "$major" >"$tmp/postgresql-major"
+		echo "$pg_version" >"$tmp/postgresql-version"
+		echo "$pg_image" >"$tmp/postgresql-image"
 		rm -rf "$rootfs"
 
 		rm -rf "$out"

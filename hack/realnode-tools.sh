@@ -9,6 +9,8 @@
 #   containerd, ctr,         containerd 2.x from its Go module (test/tools/containerd);
 #   containerd-shim-runc-v2  Kubernetes 1.36 needs containerd 2, Debian's is 1.x
 #   ociimage                 writes an image archive from a folder (test/tools/ociimage)
+#   coredns                  the members' cluster DNS: CoreDNS from its Go module with
+#                            the plugins test/tools/coredns/main.go links
 #   pause                    the pause program from the Kubernetes source (build/pause)
 #   images/*.tar             image archives for `ctr images import`:
 #                              pause.tar    registry.k8s.io/pause:3.10.2 (containerd
@@ -16,6 +18,9 @@
 #                              busybox.tar  fleetdb.local/busybox:1 (Debian's static
 #                                           busybox, every applet; smoke pods and
 #                                           local-path-provisioner's helper pods)
+#                              coredns.tar  fleetdb.local/coredns:<version> (the
+#                                           coredns binary, user 65532; file
+#                                           coredns-image holds the name)
 #
 # runc, the CNI plugins and iptables come from Debian's packages, installed
 # here when missing (apt-get; the scripts run as root).
@@ -28,13 +33,14 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools="$root/test/tools"
 key=$(cat "$tools"/k8snode/go.mod "$tools"/k8snode/go.sum "$tools"/containerd/go.mod "$tools"/containerd/go.sum \
-	"$tools"/ociimage/go.mod "$tools"/ociimage/main.go "${BASH_SOURCE[0]}" | sha256sum | cut -c1-12)
+	"$tools"/ociimage/go.mod "$tools"/ociimage/main.go "$tools"/coredns/go.mod "$tools"/coredns/go.sum "$tools"/coredns/main.go \
+	"${BASH_SOURCE[0]}" | sha256sum | cut -c1-12)
 k8s_version=$(awk '$1=="k8s.io/kubernetes" {print $2; exit}' "$tools/k8snode/go.mod")
 parent=${FLEETDB_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fleetdb/tools}
 bin="$parent/realnode-${k8s_version}-${key}"
 
 debs=(runc containernetworking-plugins iptables busybox-static)
-want=(kubelet kube-proxy containerd containerd-shim-runc-v2 ctr ociimage pause images/pause.tar images/busybox.tar)
+want=(kubelet kube-proxy containerd containerd-shim-runc-v2 ctr ociimage pause coredns coredns-image images/pause.tar images/busybox.tar images/coredns.tar)
 
 complete() {
 	for b in "${want[@]}"; do [ -s "$bin/$b" ] || return 1; done
@@ -107,6 +113,19 @@ if ! complete; then
 		printf 'root:x:0:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
 		"$tmp/ociimage" -name fleetdb.local/busybox:1 -rootfs "$rootfs" -out "$tmp/images/busybox.tar" \
 			-cmd '["/bin/sh"]' -env PATH=/bin
+		rm -rf "$rootfs"
+
+		# Cluster DNS: CoreDNS with the plugins a member's kube-dns uses
+		# (test/tools/coredns/main.go), as a static binary like its releases.
+		coredns_version=$(awk '$1=="github.com/coredns/coredns" {print $2; exit} $1=="require" && $2=="github.com/coredns/coredns" {print $3; exit}' "$tools/coredns/go.mod")
+		(cd "$tools/coredns" && CGO_ENABLED=0 go build "${flags[@]}" -o "$tmp/coredns" .)
+		mkdir -p "$rootfs/etc"
+		install -m 0755 "$tmp/coredns" "$rootfs/coredns"
+		printf 'root:x:0:0:root:/:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/:/sbin/nologin\n' >"$rootfs/etc/passwd"
+		printf 'root:x:0:\nnonroot:x:65532:\n' >"$rootfs/etc/group"
+		echo "fleetdb.local/coredns:${coredns_version#v}" >"$tmp/coredns-image"
+		"$tmp/ociimage" -name "$(cat "$tmp/coredns-image")" -rootfs "$rootfs" -out "$tmp/images/coredns.tar" \
+			-entrypoint '["/coredns"]' -user 65532:65532
 		rm -rf "$rootfs"
 
 		rm -rf "$bin"

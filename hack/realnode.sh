@@ -18,6 +18,12 @@
 #                                   StorageClass
 #   hack/realnode.sh check          list what real nodes of FLEET_PREFIX left on
 #                                   the host; exits 1 when anything is left
+#   hack/realnode.sh kwokctl-config MEMBER
+#                                   write the kwokctl configuration for creating
+#                                   MEMBER's cluster (hack/realnodes/kwokctl.yaml
+#                                   with MEMBER's own Service range) and print
+#                                   its path; hack/fleet.sh uses it when
+#                                   FLEET_NODES=real
 #
 # Layout, for member-N (N from 1 to 200):
 #   network namespace $FLEET_PREFIX-rn-member-N, its eth0 at 10.213.0.(10+N)/24
@@ -35,6 +41,12 @@
 #   A private mount namespace (with its own /run) holds containerd's and
 #   kubelet's mounts: they go when its last process goes.
 #   State under $FLEET_DIR/realnodes/member-N.
+#   Service range $REALNODE_SERVICE_NET.N.0/24 (default 10.215.N.0/24), set
+#   when the member's cluster is created (kwokctl-config): no two members'
+#   Service addresses overlap. Cluster DNS: CoreDNS (hack/realnode-tools.sh)
+#   as the Deployment coredns behind the Service kube-dns at the range's .10
+#   (for a member created without kwokctl-config: the .10 of the range its
+#   kubernetes Service is in), the kubelet's clusterDNS.
 # Node name: member-N-real, labelled fleetdb.io/real-node=true. The member's
 # simulated (kwok) nodes get the taint fleetdb.io/simulated=true:NoSchedule
 # while it has a real node, so that new pods land on the real one; `down`
@@ -51,6 +63,9 @@ REALNODE_BRIDGE=${REALNODE_BRIDGE:-fdbrn0}
 # test) uses its own bridge and its own two.
 REALNODE_NODE_NET=${REALNODE_NODE_NET:-10.213}
 REALNODE_POD_NET=${REALNODE_POD_NET:-10.214}
+# The members' Service ranges ($REALNODE_SERVICE_NET.N.0/24), given to their
+# API servers when the fleet creates them (kwokctl-config).
+REALNODE_SERVICE_NET=${REALNODE_SERVICE_NET:-10.215}
 NODE_NET=$REALNODE_NODE_NET.0
 HOST_IP=$NODE_NET.1
 
@@ -148,14 +163,18 @@ node_pids() {
 }
 
 # start NAME CMD... runs CMD in the node's network and mount namespaces and
-# cgroups, logging to $dir/NAME.log.
+# cgroups, logging to $dir/NAME.log, in a session of its own (setsid; the
+# subshell is no process group leader, so setsid does not fork and $! stays
+# CMD's pid): a Ctrl-C in the terminal of `make run NODES=real` goes to its
+# foreground process group, and the kubelet and containerd, which handle
+# SIGINT, would stop with the hub.
 start() {
 	local name=$1 holder
 	shift
 	holder=$(cat "$dir/holder.pid")
 	(
 		join_cgroups
-		exec nsenter --target "$holder" --mount --net -- "$@" >"$dir/$name.log" 2>&1 </dev/null
+		exec setsid nsenter --target "$holder" --mount --net -- "$@" >"$dir/$name.log" 2>&1 </dev/null
 	) &
 	echo $! >"$dir/$name.pid"
 }
@@ -261,6 +280,13 @@ TOML
 	"$KUBECTL" --kubeconfig "$dir/kubeconfig" config set-cluster "$(k config view --minify -o jsonpath='{.clusters[0].name}')" \
 		--server "https://$HOST_IP:$port" --tls-server-name localhost >/dev/null
 	chmod 600 "$dir/kubeconfig"
+	# Cluster DNS at the .10 of the member's Service range (the range its
+	# kubernetes Service, the range's .1, is in); the node itself resolves
+	# nothing (an empty resolv.conf: pods have no route to the outside).
+	local api_ip
+	api_ip=$(k -n default get service kubernetes -o jsonpath='{.spec.clusterIP}')
+	case "$api_ip" in *.1) ;; *) die "$member's kubernetes Service is at '$api_ip', not at the .1 of a /24 Service range" ;; esac
+	dns_ip=${api_ip%.1}.10
 	: >"$dir/resolv.conf"
 	cat >"$dir/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -283,6 +309,7 @@ containerRuntimeEndpoint: unix://$sock
 podLogsDir: $nd/pod-logs
 resolvConf: $dir/resolv.conf
 clusterDomain: cluster.local
+clusterDNS: [$dns_ip]
 serializeImagePulls: false
 maxPods: 60
 # A shared, busy build machine: evict only when really out of room.
@@ -349,7 +376,7 @@ up() {
 	done
 	(
 		join_cgroups
-		exec nsenter --net="/run/netns/$ns" -- unshare --mount --propagation private -- \
+		exec setsid nsenter --net="/run/netns/$ns" -- unshare --mount --propagation private -- \
 			sh -c "mount -t tmpfs -o mode=0755 tmpfs /run && mkdir $nd && mount --bind '$dir' $nd && $binds exec sleep infinity" </dev/null >"$dir/holder.log" 2>&1
 	) &
 	echo $! >"$dir/holder.pid"
@@ -366,8 +393,112 @@ up() {
 	for n in $(k get nodes -o jsonpath='{.items[*].metadata.name}'); do
 		[ "$n" = "$node" ] || k taint nodes --overwrite "$n" fleetdb.io/simulated=true:NoSchedule >/dev/null
 	done
+	dns
 	started=1
-	echo "realnode: $member: node $node Ready in $((SECONDS - start_s))s" >&2
+	echo "realnode: $member: node $node Ready, cluster DNS at $dns_ip, in $((SECONDS - start_s))s" >&2
+}
+
+# dns runs CoreDNS on the real node as the member's kube-dns (the Service at
+# $dns_ip, the kubelet's clusterDNS): a CloudNativePG standby finds its
+# primary as <cluster>-rw.<namespace>.svc. The RBAC is what the kubernetes
+# plugin lists and watches (services, pods, endpointslices, namespaces:
+# plugin/kubernetes/controller.go, CoreDNS v1.14.7; endpoints as CoreDNS's
+# own manifest, github.com/coredns/deployment kubernetes/coredns.yaml.sed,
+# grants too). The Corefile is that manifest's without forward/proxy (pods
+# reach nothing outside the fleet), listening on 1053 as a non-root user
+# (the Service maps port 53 to it).
+dns() {
+	local image
+	image=$(cat "$BIN/coredns-image")
+	k apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: coredns, namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "system:coredns"}
+rules:
+- apiGroups: [""]
+  resources: [endpoints, services, pods, namespaces]
+  verbs: [list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "system:coredns"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:coredns"}
+subjects: [{kind: ServiceAccount, name: coredns, namespace: kube-system}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: coredns, namespace: kube-system}
+data:
+  Corefile: |
+    .:1053 {
+        errors
+        health :8080
+        ready :8181
+        kubernetes cluster.local in-addr.arpa ip6.arpa {
+            pods insecure
+            ttl 30
+        }
+        cache 30
+        loadbalance
+    }
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: coredns, namespace: kube-system, labels: {k8s-app: kube-dns}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {k8s-app: kube-dns}}
+  template:
+    metadata: {labels: {k8s-app: kube-dns}}
+    spec:
+      serviceAccountName: coredns
+      dnsPolicy: Default
+      nodeSelector: {fleetdb.io/real-node: "true"}
+      containers:
+      - name: coredns
+        image: $image
+        imagePullPolicy: Never
+        args: ["-conf", "/etc/coredns/Corefile"]
+        ports:
+        - {name: dns, containerPort: 1053, protocol: UDP}
+        - {name: dns-tcp, containerPort: 1053, protocol: TCP}
+        readinessProbe: {httpGet: {path: /ready, port: 8181}, periodSeconds: 2}
+        livenessProbe: {httpGet: {path: /health, port: 8080}, periodSeconds: 10, failureThreshold: 5}
+        resources: {requests: {cpu: 10m, memory: 32Mi}, limits: {memory: 128Mi}}
+        securityContext: {runAsNonRoot: true, allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+        volumeMounts: [{name: config, mountPath: /etc/coredns, readOnly: true}]
+      volumes: [{name: config, configMap: {name: coredns}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: kube-dns, namespace: kube-system, labels: {k8s-app: kube-dns}}
+spec:
+  clusterIP: $dns_ip
+  selector: {k8s-app: kube-dns}
+  ports:
+  - {name: dns, port: 53, targetPort: 1053, protocol: UDP}
+  - {name: dns-tcp, port: 53, targetPort: 1053, protocol: TCP}
+YAML
+	wait_for "cluster DNS (CoreDNS) Available" 180 \
+		k -n kube-system wait deployment/coredns --for=condition=Available --timeout=5s
+}
+
+# kwokctl_config writes the kwokctl configuration MEMBER's cluster is created
+# with (hack/realnodes/kwokctl.yaml, its Service range made MEMBER's own) and
+# prints its path.
+kwokctl_config() {
+	local range=$REALNODE_SERVICE_NET.$i out="$FLEET_DIR/kwokctl-$member.yaml"
+	mkdir -p "$FLEET_DIR"
+	sed -e "s|@SERVICE_RANGE@|$range.0/24|g" -e "s|@KUBERNETES_SERVICE_IP@|$range.1|g" \
+		"$root/hack/realnodes/kwokctl.yaml" >"$out"
+	echo "$out"
 }
 
 kill_node() {
@@ -390,6 +521,7 @@ down_member() {
 	if [ -n "${KUBECTL:-}" ] && [ -s "$kc" ]; then
 		k delete node "$node" --ignore-not-found --wait=false >/dev/null 2>&1 || true
 		k taint nodes --all fleetdb.io/simulated- >/dev/null 2>&1 || true
+		k -n kube-system delete deployment/coredns service/kube-dns --ignore-not-found --wait=false >/dev/null 2>&1 || true
 		if k get storageclass local-path >/dev/null 2>&1; then
 			k annotate --overwrite storageclass local-path storageclass.kubernetes.io/is-default-class=false >/dev/null 2>&1 || true
 			k annotate --overwrite storageclass standard storageclass.kubernetes.io/is-default-class=true >/dev/null 2>&1 || true
@@ -504,8 +636,11 @@ cnpg() {
 	wait_for "local-path-provisioner Available" 120 \
 		k -n local-path-storage wait deployment/local-path-provisioner --for=condition=Available --timeout=5s
 	# The kwok Stages that play CloudNativePG (hack/fleet.sh) would write
-	# Cluster status beside the real operator.
+	# Cluster status beside the real operator; the admission policy that
+	# plays its webhook (hack/kwok/cnpg-webhook-policy.yaml) goes too, so
+	# that what refuses an object is the real webhook.
 	k delete --ignore-not-found -f "$root/hack/kwok/cnpg-stages.yaml" >/dev/null
+	k delete --ignore-not-found -f "$root/hack/kwok/cnpg-webhook-policy.yaml" >/dev/null
 	k apply --server-side --force-conflicts -f "$images/release.yaml" >/dev/null
 	wait_for "the CloudNativePG operator Available" 300 \
 		k -n cnpg-system wait deployment/cnpg-controller-manager --for=condition=Available --timeout=5s
@@ -517,7 +652,7 @@ kind: Cluster
 metadata: {name: realnode-webhook-check, namespace: default}
 spec:
   instances: 1
-  imageName: ghcr.io/cloudnative-pg/postgresql:$(cat "$images/postgresql-major")
+  imageName: $(cat "$images/postgresql-image")
   storage: {size: 1Gi}
 YAML
 	echo "realnode: $member: CloudNativePG $(awk '$1=="image:" && $2 ~ /\/cloudnative-pg:/ {print $2; exit}' "$images/release.yaml") runs on $node, webhooks live" >&2
@@ -574,15 +709,15 @@ YAML
 }
 
 case "${1:-}" in
-up | down | smoke | cnpg)
+up | down | smoke | cnpg | kwokctl-config)
 	[ -n "${2:-}" ] || die "usage: $0 $1 MEMBER"
 	setvars "$2"
-	"$1"
+	case "$1" in kwokctl-config) kwokctl_config ;; *) "$1" ;; esac
 	;;
 down-all) down_all ;;
 check) check ;;
 *)
-	echo "usage: $0 up|down|smoke|cnpg MEMBER | down-all | check" >&2
+	echo "usage: $0 up|down|smoke|cnpg|kwokctl-config MEMBER | down-all | check" >&2
 	exit 2
 	;;
 esac

@@ -10,6 +10,10 @@
 # the UI; when there is none, Jaeger serves a placeholder page at / (tracing and
 # the query API work the same) and a warning says so.
 #
+# FLEET_NODES=real (`make run NODES=real`, root only) gives the members nodes
+# that run real pods and the real CloudNativePG operator (hack/fleet.sh,
+# docs/realnodes.md).
+#
 # HUB_REPLICAS=2 (`make run HUB_REPLICAS=2`) runs that many hub processes with
 # leader election: one acts, the others stand by and take over when it stops
 # (kill -9 one to watch). Replica i listens on METRICS_PORT+2i (default 8080)
@@ -59,6 +63,13 @@ its query API lists the hub's traces too:
   curl 'http://127.0.0.1:16686/api/traces?service=fleetdb-hub&limit=5'
 "
 fi
+nodes_msg=""
+if [ "${FLEET_NODES:-}" = real ]; then
+	nodes_msg="Real nodes (FLEET_NODES=real): the members run real pods and the real CloudNativePG operator;
+the sample's PostgreSQL 17 has no image here: set version \"$(cat "$(hack/realnode-images.sh)/postgresql-version")\"
+(Debian's), as docs/realnodes.md shows.
+"
+fi
 replica_msg=""
 if [ "$replicas" -gt 1 ]; then
 	replica_msg=", logs in $fleet_dir/hub-<i>.log"
@@ -80,7 +91,7 @@ Member kubeconfigs: $MEMBER_KUBECONFIGS
 Metrics: http://127.0.0.1:${METRICS_PORT:-8080}/metrics (replica i: port +2i)
 Hub replicas: $replicas, as the ServiceAccount fleetdb-hub ($HUB_IDENTITY_KUBECONFIG)${replica_msg}
 The acting one: kubectl -n fleetdb-system get lease fleetdb-hub.fleetdb.io
-${tracing_msg}Stop the hub(s) with Ctrl-C; remove the fleet with: make fleet-down
+${tracing_msg}${nodes_msg}Stop the hub(s) with Ctrl-C; remove the fleet with: make fleet-down
 
 MSG
 # The hub runs as its own identity (deploy/rbac, HUB_IDENTITY_KUBECONFIG),

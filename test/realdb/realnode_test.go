@@ -68,7 +68,6 @@ func script(ctx context.Context, t *testing.T, env []string, timeout time.Durati
 func TestRealNodeRunsPodsAndLeavesNothing(t *testing.T) {
 	requireRealNodes(t)
 	ctx := t.Context()
-	root := repoRoot(t)
 	dir := t.TempDir()
 	env := []string{
 		"FLEET_DIR=" + filepath.Join(dir, "fleet"),
@@ -78,7 +77,10 @@ func TestRealNodeRunsPodsAndLeavesNothing(t *testing.T) {
 		"REALNODE_BRIDGE=fdbrdb0",
 		"REALNODE_NODE_NET=10.223",
 		"REALNODE_POD_NET=10.224",
-		"FLEET_KWOKCTL_ARGS=--config " + filepath.Join(root, "hack", "realnodes", "kwokctl.yaml"),
+		"REALNODE_SERVICE_NET=10.225",
+		// The member gets its real node, cluster DNS and the real
+		// CloudNativePG operator from hack/fleet.sh up.
+		"FLEET_NODES=real",
 	}
 	t.Cleanup(func() {
 		// Cleanups run after the test's context is cancelled.
@@ -87,16 +89,20 @@ func TestRealNodeRunsPodsAndLeavesNothing(t *testing.T) {
 		script(ctx, t, env, 3*time.Minute, "fleet.sh", "down")
 	})
 	script(ctx, t, env, 30*time.Minute, "fleet.sh", "up")
-	script(ctx, t, env, 30*time.Minute, "realnode.sh", "up", "member-1")
+	// Again: a node that is up stays as it is.
+	if out := script(ctx, t, env, 5*time.Minute, "realnode.sh", "up", "member-1"); !strings.Contains(out, "node member-1-real is up") {
+		t.Fatalf("hack/realnode.sh up on a running node did not keep it:\n%s", out)
+	}
 	out := script(ctx, t, env, 5*time.Minute, "realnode.sh", "smoke", "member-1")
 	if !strings.Contains(out, "read 'realnode-web' from the Service") {
 		t.Fatalf("the client pod did not read the web pod's page through its Service:\n%s", out)
 	}
 
-	// The real CloudNativePG operator, and a one-instance Cluster (a standby
-	// needs cluster DNS, which the real nodes do not have yet) whose primary
-	// answers SQL through its -rw Service.
-	script(ctx, t, env, 20*time.Minute, "realnode.sh", "cnpg", "member-1")
+	// The real CloudNativePG operator (installed by hack/fleet.sh up), and
+	// a one-instance Cluster whose primary answers SQL through its -rw
+	// Service (TestHubRunsCloudNativePGOnRealNodes has standbys).
+	images := strings.TrimSpace(script(ctx, t, nil, 60*time.Minute, "realnode-images.sh"))
+	image := readFile(t, filepath.Join(images, "postgresql-image"))
 	kc := filepath.Join(dir, "fleet", "member-1.kubeconfig")
 	kubectl := filepath.Join(strings.TrimSpace(script(ctx, t, nil, 30*time.Minute, "toolchain.sh")), "kubectl")
 	k := func(timeout time.Duration, stdin string, args ...string) string {
@@ -116,7 +122,7 @@ kind: Cluster
 metadata: {name: pg, namespace: default}
 spec:
   instances: 1
-  imageName: ghcr.io/cloudnative-pg/postgresql:15
+  imageName: `+image+`
   storage: {size: 1Gi}
 `, "apply", "-f", "-")
 	k(10*time.Minute, "", "wait", "cluster/pg", "--for=condition=Ready", "--timeout=9m")
@@ -128,7 +134,7 @@ spec:
   restartPolicy: Never
   containers:
   - name: psql
-    image: ghcr.io/cloudnative-pg/postgresql:15
+    image: `+image+`
     imagePullPolicy: Never
     command: ["psql", "-Atc", "create table t(x int); insert into t values (7), (42); select 'rows: ' || string_agg(x::text, ',' order by x) from t"]
     env:
