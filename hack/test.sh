@@ -16,6 +16,11 @@ reap() {
 	rm -rf "$run_dir"
 }
 trap reap EXIT
+# The real-node suite (test/realdb, docs/realnodes.md) needs root: run it
+# wherever the tests run as root, unless FLEETDB_REAL_NODES=0 says otherwise.
+if [ "$(id -u)" -eq 0 ]; then
+	export FLEETDB_REAL_NODES="${FLEETDB_REAL_NODES:-1}"
+fi
 # Compile every test binary in parallel first, then run the packages one at a
 # time: several sets of control planes at once overload a 2-core machine.
 go vet ./...

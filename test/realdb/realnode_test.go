@@ -2,10 +2,10 @@
 // (hack/realnode.sh: containerd, runc, kubelet and kube-proxy as processes,
 // no Docker) and the real CloudNativePG operator.
 //
-// Not yet part of what `make test` requires: the tests skip unless
-// FLEETDB_REAL_NODES=1, and FLEETDB_REQUIRE_REAL_NODES=1 turns that skip into
-// a failure (for CI, once the suite is reliable). docs/realnodes.md says what
-// works and what remains.
+// `make test` runs them on a host where it runs as root (hack/test.sh sets
+// FLEETDB_REAL_NODES=1 there); elsewhere they skip, and
+// FLEETDB_REQUIRE_REAL_NODES=1 (set by .ci/run) turns that skip into a
+// failure. docs/realnodes.md says what works and what remains.
 package realdb
 
 import (
