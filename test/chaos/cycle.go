@@ -301,7 +301,10 @@ func (r *runner) planUpdate(live []string) []action {
 			n := int32(1 + r.rng.IntN(3))
 			mutate = func(db *fleetv1alpha1.Database) { db.Spec.Replicas = n }
 		case k == 1:
-			v := oneOf(r, "16", "17")
+			// A minor change within the major the Database was created
+			// on: the API refuses a major downgrade (and any major change
+			// on the StatefulSet backend).
+			v := oneOf(r, "17", "17.10")
 			mutate = func(db *fleetv1alpha1.Database) { db.Spec.Version = v }
 		default:
 			tick, cpu := strconv.Itoa(r.cycle), resource.MustParse(strconv.Itoa(10+r.rng.IntN(5))+"m")

@@ -162,7 +162,9 @@ type RolloutInput struct {
 	Fleet *Fleet
 	// MaxUnavailable is spec.rollout.maxUnavailable; default 1.
 	MaxUnavailable int32
-	// FromVersion and ToVersion are the engine versions; default "16" → "17".
+	// FromVersion and ToVersion are the engine versions; default "17.9" →
+	// "17.10" (a minor update: the API refuses a major change on the
+	// StatefulSet backend).
 	FromVersion, ToVersion string
 	// WatchEvery is the interval of the background watcher; default 100ms.
 	WatchEvery time.Duration
@@ -203,7 +205,7 @@ func RolloutSpec(ctx context.Context, in RolloutInput) {
 		t.Skipf("a rollout needs at least 2 members, the fleet has %d", len(f.Members))
 	}
 	maxUnavailable := cmp.Or(in.MaxUnavailable, 1)
-	from, to := cmp.Or(in.FromVersion, "16"), cmp.Or(in.ToVersion, "17")
+	from, to := cmp.Or(in.FromVersion, "17.9"), cmp.Or(in.ToVersion, "17.10")
 	every := cmp.Or(in.WatchEvery, 100*time.Millisecond)
 	ns := CreateNamespace(ctx, CreateNamespaceInput{T: t, Fleet: f, Prefix: "e2e-rollout"})
 	DumpOnFailure(t, f, ns)
