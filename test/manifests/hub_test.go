@@ -57,10 +57,14 @@ func TestHubBase(t *testing.T) {
 		}
 		g.Expect(crds).To(ConsistOf("databasebackups.fleetdb.io", "databaseplacements.fleetdb.io", "databases.fleetdb.io", "memberclusters.fleetdb.io"))
 		mustFind[*corev1.Namespace](t, objs, "", hubNamespace)
+		// The teardown finalizer at admission ships with the hub.
+		mustFind[*admissionregistrationv1.MutatingAdmissionPolicy](t, objs, "", "fleetdb-teardown-finalizer")
+		mustFind[*admissionregistrationv1.MutatingAdmissionPolicyBinding](t, objs, "", "fleetdb-teardown-finalizer")
 		for _, o := range objs {
 			switch o.(type) {
 			case *corev1.Namespace, *apiextensionsv1.CustomResourceDefinition, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding,
-				*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+				*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding,
+				*admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding:
 				g.Expect(o.GetNamespace()).To(BeEmpty(), "%s is cluster-scoped", describe([]client.Object{o}))
 			default:
 				g.Expect(o.GetNamespace()).To(Equal(hubNamespace), "%s lives in the hub namespace", describe([]client.Object{o}))
