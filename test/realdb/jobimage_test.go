@@ -118,7 +118,9 @@ func unpackImage(ctx context.Context, t *testing.T, archive, dir string) {
 	if out, err := exec.CommandContext(ctx, "tar", "-xf", archive, "-C", layout).CombinedOutput(); err != nil {
 		t.Fatalf("tar: %v\n%s", err, out)
 	}
-	blob := func(digest string) string { return filepath.Join(layout, "blobs", strings.Replace(digest, ":", "/", 1)) }
+	blob := func(digest string) string {
+		return filepath.Join(layout, "blobs", strings.Replace(digest, ":", "/", 1))
+	}
 	var index struct {
 		Manifests []struct{ Digest string } `json:"manifests"`
 	}
