@@ -88,8 +88,17 @@ func sqlPod(ctx context.Context, t *testing.T, f *e2e.Fleet, m *e2e.Cluster, ns,
 }
 
 // readRows is the script that prints the rows of table t through the
-// Database's client Service as the user of its credentials Secret.
-const readRows = `psql -X -w -v ON_ERROR_STOP=1 -h "$HOST" -U "$PGUSER" -d "$PGUSER" -Atc "select 'rows: ' || string_agg(x, ',' order by x) from t"`
+// Database's client Service as the user of its credentials Secret. A
+// Service just created may not be in kube-proxy's rules yet ("Network is
+// unreachable": a real node's pods have no default route): it tries for a
+// minute.
+const readRows = `i=0
+until out=$(psql -X -w -v ON_ERROR_STOP=1 -h "$HOST" -U "$PGUSER" -d "$PGUSER" -Atc "select 'rows: ' || string_agg(x, ',' order by x) from t" 2>&1); do
+  i=$((i + 1))
+  [ "$i" -lt 30 ] || { echo "$out"; exit 1; }
+  sleep 2
+done
+echo "$out"`
 
 // expectRows reads table t in member m through the client Service of
 // Database db and fails unless it holds want.
