@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -258,18 +259,39 @@ func retainOnRealNodes(ctx context.Context, t *testing.T, f *e2e.Fleet, key type
 		}
 		claims[m.Name] = pvc.UID
 	}
+	if err := f.Hub.Client.Delete(ctx, &fleetv1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	// Until both Clusters are gone: the reasons of their cnpg.io/hibernation
+	// condition (docs/cloudnativepg.md), for the log.
+	seen := map[string]map[string]bool{}
+	for gone := 0; gone < len(f.Members); {
+		gone = 0
+		for _, m := range f.Members {
+			u := member.NewCNPGCluster()
+			err := m.Client.Get(ctx, key, u)
+			if apierrors.IsNotFound(err) {
+				gone++
+				continue
+			}
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			for _, c := range conds {
+				if c, ok := c.(map[string]any); ok && c["type"] == "cnpg.io/hibernation" {
+					if seen[m.Name] == nil {
+						seen[m.Name] = map[string]bool{}
+					}
+					seen[m.Name][fmt.Sprint(c["reason"])] = true
+				}
+			}
+		}
+		if time.Since(start) > f.Intervals.Delete {
+			t.Fatalf("the Clusters are still there %s after a Retain delete", f.Intervals.Delete)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("Retain delete: the Clusters' cnpg.io/hibernation reasons seen before they went: %v", seen)
 	e2e.DeleteDatabaseAndWait(ctx, e2e.DeleteDatabaseAndWaitInput{T: t, Fleet: f, Key: key})
 	for _, m := range f.Members {
-		for deadline := time.Now().Add(f.Intervals.Delete); ; {
-			err := m.Client.Get(ctx, key, member.NewCNPGCluster())
-			if apierrors.IsNotFound(err) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the Cluster is still there after a Retain delete: %v", m.Name, err)
-			}
-			time.Sleep(2 * time.Second)
-		}
 		var pvc corev1.PersistentVolumeClaim
 		if err := m.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: claimName}, &pvc); err != nil {
 			t.Fatalf("%s: the claim %s did not outlive a Retain delete: %v", m.Name, claimName, err)
