@@ -139,6 +139,8 @@ func rotateOnRealNodes(ctx context.Context, t *testing.T, f *e2e.Fleet, key type
 			t.Fatal(err)
 		}
 	}
+	// A rotation rewrites no Cluster and restarts no instance.
+	before := clusterState(ctx, t, f, key)
 	token := fmt.Sprintf("realdb-%d", time.Now().Unix())
 	k := kubectl(ctx, t, f.Kubectl, f.Hub.Kubeconfig)
 	k(time.Minute, "", "-n", key.Namespace, "annotate", "database/"+key.Name, fleetv1alpha1.AnnotationRotateCredentials+"="+token, "--overwrite")
@@ -177,7 +179,37 @@ done`
 		}
 		t.Logf("%s: after the rotation:\n%s", m.Name, strings.TrimSpace(out))
 	}
+	if after := clusterState(ctx, t, f, key); after != before {
+		t.Errorf("the rotation rewrote a Cluster or restarted an instance: before %s, after %s", before, after)
+	}
 	t.Logf("rotation proven in every member %s after the annotation", time.Since(start).Round(time.Second))
+}
+
+// clusterState is, for every member, the Cluster's generation and each
+// instance pod's UID and restart count.
+func clusterState(ctx context.Context, t *testing.T, f *e2e.Fleet, key types.NamespacedName) string {
+	t.Helper()
+	var b strings.Builder
+	for _, m := range f.Members {
+		u := member.NewCNPGCluster()
+		if err := m.Client.Get(ctx, key, u); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s: generation %d;", m.Name, u.GetGeneration())
+		var pods corev1.PodList
+		if err := m.Client.List(ctx, &pods, client.InNamespace(key.Namespace), client.MatchingLabels{"cnpg.io/cluster": key.Name}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			restarts := int32(0)
+			for _, c := range p.Status.ContainerStatuses {
+				restarts += c.RestartCount
+			}
+			fmt.Fprintf(&b, " %s %s restarts %d;", p.Name, p.UID, restarts)
+		}
+		b.WriteString(" ")
+	}
+	return b.String()
 }
 
 // backupAndRestoreOnRealNodes takes an on-demand DatabaseBackup of the
