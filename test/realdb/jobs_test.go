@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -30,7 +31,7 @@ import (
 // sqlPod runs script with sh in a pod of the PostgreSQL image (which is
 // also the image of fleetdb's Jobs on this backend), env from the given
 // Secret keys (name → secret/key) and, when claim is set, that claim mounted
-// read-only at /backups; it returns the pod's log and whether it succeeded.
+// read-only at /backups (then as the backup Jobs' user); it returns the pod's log and whether it succeeded.
 // Passwords reach the pod from Secrets only, never its command line.
 func sqlPod(ctx context.Context, t *testing.T, f *e2e.Fleet, m *e2e.Cluster, ns, name, image, script string,
 	env map[string]string, secretEnv map[string][2]string, claim string) (string, bool) {
@@ -56,6 +57,9 @@ func sqlPod(ctx context.Context, t *testing.T, f *e2e.Fleet, m *e2e.Cluster, ns,
 		}}})
 	}
 	if claim != "" {
+		// As the backup Jobs' user (uid 999, member/render.go runAsID):
+		// the backups are theirs, 0700 (the scripts' umask 077).
+		pod.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To(int64(999)), RunAsGroup: ptr.To(int64(999))}
 		pod.Spec.Volumes = []corev1.Volume{{Name: "backups", VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: true},
 		}}}
