@@ -147,8 +147,12 @@ func rotateOnRealNodes(ctx context.Context, t *testing.T, f *e2e.Fleet, key type
 	before := clusterState(ctx, t, f, key)
 	token := fmt.Sprintf("realdb-%d", time.Now().Unix())
 	k := kubectl(ctx, t, f.Kubectl, f.Hub.Kubeconfig)
-	k(time.Minute, "", "-n", key.Namespace, "annotate", "database/"+key.Name, fleetv1alpha1.AnnotationRotateCredentials+"="+token, "--overwrite")
-	k(11*time.Minute, "", "-n", key.Namespace, "wait", "database/"+key.Name,
+	// Fully qualified: kubectl resolved "database" to CloudNativePG's
+	// databases.postgresql.cnpg.io once (a discovery cache of another
+	// fleet's API server at the same address).
+	res := "databases.fleetdb.io/" + key.Name
+	k(time.Minute, "", "-n", key.Namespace, "annotate", res, fleetv1alpha1.AnnotationRotateCredentials+"="+token, "--overwrite")
+	k(11*time.Minute, "", "-n", key.Namespace, "wait", res,
 		"--for=jsonpath={.status.credentials.rotatedToken}="+token, "--timeout=10m")
 	t.Logf("rotation %s: rotatedToken in the hub's status %s after the annotation", token, time.Since(start).Round(time.Second))
 
