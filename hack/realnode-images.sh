@@ -22,7 +22,13 @@
 #                      LLVM and postgresql-common's wrappers), the binaries on
 #                      PATH, user postgres with uid 26 like CloudNativePG's
 #                      postgres-containers images; libc-bin for its C.utf8
-#                      locale, no LANG (initdb refused LANG=C.UTF-8 without it)
+#                      locale, no LANG (initdb refused LANG=C.UTF-8 without it).
+#                      It is also the image of fleetdb's backup and restore
+#                      Jobs on the CloudNativePG backend (member/render.go
+#                      clientImage: the operand image, as on a real fleet), so
+#                      it holds what their scripts run besides psql, pg_dump,
+#                      pg_dumpall and pg_restore: coreutils, sed, grep
+#                      (member/backup_script.go, member/restore_script.go)
 #   local-path-provisioner.tar, local-path-storage.yaml
 #                      Rancher's local-path-provisioner (test/tools/localpath)
 #                      and its manifest, helper pods on fleetdb.local/busybox:1:
@@ -140,7 +146,8 @@ if ! complete; then
 		[ -n "$major" ] || { echo "realnode-images: Debian's 'postgresql' package names no postgresql-N" >&2; exit 1; }
 		debs="$tmp/debs"
 		mkdir -p "$debs"
-		mapfile -t pkgs < <(closure "postgresql-$major" dash libc-bin libsasl2-modules libldap-common)
+		# coreutils, sed and grep: the backup and restore Jobs' scripts (above).
+		mapfile -t pkgs < <(closure "postgresql-$major" dash libc-bin libsasl2-modules libldap-common coreutils sed grep)
 		(cd "$debs" && apt-get download -qq "${pkgs[@]}" >&2)
 		# The version the image runs is the downloaded package's, e.g.
 		# 15.20-0+deb12u1 -> 15.20: the image is named for it, so that the

@@ -28,8 +28,11 @@ import (
 // becomes Ready through the hub; rows written through its client Service are
 // read back, and read with SQL on the in-member standby; every object fleetdb
 // writes passes CloudNativePG's webhooks (a refusal fails the test with the
-// webhook's message); deleting the Database removes it in both members; and
-// `hack/fleet.sh down` leaves nothing of the real nodes on the host.
+// webhook's message); a credential rotation, an on-demand backup restored
+// into a new Database and a Retain delete and re-create are proven with SQL
+// (jobs_test.go); deleting the Database takes a final backup (pg_dump, the
+// rows in it) and removes it in both members; and `hack/fleet.sh down`
+// leaves nothing of the real nodes on the host.
 func TestHubRunsCloudNativePGOnRealNodes(t *testing.T) {
 	requireRealNodes(t)
 	ctx := t.Context()
@@ -125,6 +128,9 @@ func TestHubRunsCloudNativePGOnRealNodes(t *testing.T) {
 	// name hack/realnode-images.sh gives the image.
 	db.Spec.Version = pgVersion
 	db.Spec.Backend = fleetv1alpha1.BackendCloudNativePG
+	// The final backup on delete runs (Required, the default): the
+	// backup Job's image is the PostgreSQL image (jobs_test.go).
+	db.Spec.Backup = nil
 	if got, _ := member.CNPGImageTag(pgVersion); member.DefaultCNPGImageRepository+"/postgresql:"+got != pgImage {
 		t.Fatalf("fleetdb renders %s/postgresql:%s for version %s, the image is %s", member.DefaultCNPGImageRepository, got, pgVersion, pgImage)
 	}
@@ -150,6 +156,7 @@ func TestHubRunsCloudNativePGOnRealNodes(t *testing.T) {
 
 	// SQL in each member: written and read back through the client Service
 	// (by its DNS name: cluster DNS), then read on the standby.
+	written := map[string]string{} // member → the rows of table t
 	for _, m := range f.Members {
 		kc := m.Kubeconfig
 		k := kubectl(ctx, t, f.Kubectl, kc)
@@ -198,6 +205,7 @@ spec:
 			time.Sleep(2 * time.Second)
 		}
 		t.Logf("%s: rows written through the client Service, read back, and read on the standby %s (%q)", m.Name, standby, got)
+		written[m.Name] = "b," + rows
 		k(time.Minute, "", "-n", ns, "delete", "pod", "psql", "--wait=false")
 	}
 
@@ -217,9 +225,28 @@ spec:
 	}
 	logMemory(t, "rdbhub", members)
 
-	// Deletion: gone from the hub, and CloudNativePG's Cluster, pods and
-	// claims gone in both members.
+	// The Jobs' side, proven with SQL (jobs_test.go): rotation, an
+	// on-demand backup restored into a new Database, Retain and re-create.
+	rotateOnRealNodes(ctx, t, f, key, pgImage, written)
+	copyKey := backupAndRestoreOnRealNodes(ctx, t, f, key, pgVersion, pgImage, written)
+	retainOnRealNodes(ctx, t, f, copyKey, pgVersion, pgImage, written)
+
+	// Deletion: the final backup in each member, then gone from the hub,
+	// and CloudNativePG's Cluster, pods and claims gone in both members.
 	deleted := time.Now()
+	if err := f.Hub.Client.Get(ctx, key, ready); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Hub.Client.Delete(ctx, ready); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range finalBackupRecords(ctx, t, f, key) {
+		if r.Phase != fleetv1alpha1.BackupPhaseSucceeded {
+			t.Fatalf("%s: the final backup did not succeed: %+v", r.Cluster, r)
+		}
+		t.Logf("%s: final backup %s at %s", r.Cluster, r.BackupID, r.Location)
+	}
+	t.Logf("final backups Succeeded in every member %s after the delete", time.Since(deleted).Round(time.Second))
 	e2e.DeleteDatabaseAndWait(ctx, e2e.DeleteDatabaseAndWaitInput{T: t, Fleet: f, Key: key})
 	for _, m := range f.Members {
 		k := kubectl(ctx, t, f.Kubectl, m.Kubeconfig)
@@ -235,7 +262,9 @@ spec:
 			time.Sleep(2 * time.Second)
 		}
 	}
-	t.Logf("Database deleted in both members %s after the delete; whole test %s", time.Since(deleted).Round(time.Second), time.Since(start).Round(time.Second))
+	t.Logf("Database deleted in both members %s after the delete", time.Since(deleted).Round(time.Second))
+	expectFinalBackup(ctx, t, f, key, ready.UID, pgImage, written)
+	t.Logf("whole test %s", time.Since(start).Round(time.Second))
 }
 
 // watchRefusals fails the test, with the webhook's own message, as soon as
