@@ -312,15 +312,15 @@ func (r *memberSyncReconciler) memberObserve(ctx context.Context, s *memberScope
 // memberRestore runs the member's part of spec.restoreFrom after the
 // observation and puts its report on the result.
 func (r *memberSyncReconciler) memberRestore(ctx context.Context, s *memberScope) bool {
-	s.out = r.restoreStep(ctx, s.c, s.key, s.cluster, s.db, s.rest, s.out)
+	s.out = r.restoreStep(ctx, s.c, s.live, s.key, s.cluster, s.db, s.rest, s.out)
 	return true
 }
 
 // restoreStep runs the member's part of spec.restoreFrom after the
 // observation and puts its report on the result.
-func (r *memberSyncReconciler) restoreStep(ctx context.Context, c client.Client, key types.NamespacedName, cluster string,
+func (r *memberSyncReconciler) restoreStep(ctx context.Context, c client.Client, live client.Reader, key types.NamespacedName, cluster string,
 	db *fleetv1alpha1.Database, rest *memberRestore, out syncOutcome) syncOutcome {
-	rep, after, err := r.finishRestore(ctx, c, db, cluster, rest, out.result.Status)
+	rep, after, err := r.finishRestore(ctx, c, live, db, cluster, rest, out.result.Status)
 	if err != nil {
 		failed := r.stepFailed(key, cluster, errReasonApply, err)
 		failed.applied = out.applied
