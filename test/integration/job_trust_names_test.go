@@ -1,0 +1,101 @@
+package integration
+
+import (
+	"maps"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/member"
+)
+
+// TestMemberJobTrustAtHubNames: a Job the hub does not trust that sits at
+// the very name the hub gives its own Job is reported as not trusted (a
+// restore does not say "running" for ever), and is never deleted (a
+// DatabaseBackup's cleanup leaves it alone).
+func TestMemberJobTrustAtHubNames(t *testing.T) {
+	e := startEnvWith(t, envOptions{}, "m1")
+	e.sim.enable("m1", true)
+	ns := e.namespace("job-trust-names")
+	g := NewWithT(t)
+	e.createReady(g, newDB(ns, "orders", "m1"))
+	t.Run("a forged Job at the restore Job's name: the restore says not trusted, and runs once it is deleted", func(t *testing.T) {
+		testForgedRestoreJobAtName(t, e, ns)
+	})
+	t.Run("deleting a DatabaseBackup leaves a forged Job at its backup Job's name", func(t *testing.T) { testBackupCleanupKeepsForgedJob(t, e, ns) })
+}
+
+func testForgedRestoreJobAtName(t *testing.T, e *env, ns string) {
+	g := NewWithT(t)
+	db := newDB(ns, "copy", "m1")
+	db.Spec.RestoreFrom = &fleetv1alpha1.RestoreSource{BackupName: "source"}
+	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(clusterEntry(e.getDB(ns, "copy"), "m1")).To(HaveField("Reason", fleetv1alpha1.ReasonWaitingForBackup))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	got := e.getDB(ns, "copy")
+	labels := maps.Clone(member.RestoreJobLabels(got))
+	labels[fleetv1alpha1.LabelHubID] = e.hubID(g)
+	name := member.RestoreJobName("copy", string(got.UID), 1)
+	forgeJob(g, e, "m1", ns, name, labels, map[string]string{fleetv1alpha1.AnnotationRestoreAttempt: "1"})
+
+	e.runBackup(g, newBackup(ns, "source", "orders", ""), "m1")
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getDB(ns, "copy").Status.Restore).To(ContainElement(And(HaveField("Cluster", "m1"),
+			HaveField("Phase", fleetv1alpha1.BackupPhaseFailed), HaveField("Message", And(ContainSubstring("not trusted"), ContainSubstring(name))))))
+		g.Expect(clusterEntry(e.getDB(ns, "copy"), "m1")).To(HaveField("Message", ContainSubstring("not trusted")))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	e.expectNoClientService(g, "m1", ns, "copy")
+	var forged batchv1.Job
+	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &forged)).To(Succeed(), "the hub does not delete a Job it did not make")
+
+	// Deleted by the user: the hub runs its own restore Job at that name.
+	g.Expect(e.member("m1").Delete(e.ctx, &forged, client.PropagationPolicy("Background"))).To(Succeed())
+	var job *batchv1.Job
+	g.Eventually(func(g Gomega) {
+		job = &batchv1.Job{}
+		g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, job)).To(Succeed())
+		g.Expect(job.UID).NotTo(Equal(forged.UID))
+		g.Expect(job.Spec.Template.Spec.Containers[0].Command).NotTo(Equal([]string{"true"}))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	e.finishJob(g, "m1", job, true)
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getDB(ns, "copy").Status.Restore).To(ContainElement(And(HaveField("Cluster", "m1"),
+			HaveField("Phase", fleetv1alpha1.BackupPhaseSucceeded), HaveField("Message", ContainSubstring(name)))))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+}
+
+func testBackupCleanupKeepsForgedJob(t *testing.T, e *env, ns string) {
+	g := NewWithT(t)
+	// Not Ready in m1 yet: the forged Job is in place before the hub's.
+	e.sim.enable("m1", false)
+	db := newDB(ns, "later", "m1")
+	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getDB(ns, "later").Status.Clusters).To(ContainElement(HaveField("Name", "m1")))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.hub.Create(e.ctx, newBackup(ns, "forged", "later", fleetv1alpha1.BackupDeletionDelete, "m1"))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		rec := e.getBackup(g, ns, "forged").Record("m1")
+		g.Expect(rec).NotTo(BeNil())
+		g.Expect(rec.Message).To(ContainSubstring("waiting for the Database to be Ready"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	b := e.getBackup(g, ns, "forged")
+	name := "later-bk-" + b.UIDHash()
+	forgeJob(g, e, "m1", ns, name, member.BackupJobLabels(db, e.hubID(g), fleetv1alpha1.BackupKindOnDemand, b.BackupID()), nil)
+	e.sim.enable("m1", true)
+	g.Eventually(func(g Gomega) {
+		rec := e.getBackup(g, ns, "forged").Record("m1")
+		g.Expect(rec).NotTo(BeNil())
+		g.Expect(rec.Message).To(ContainSubstring("not trusted"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+
+	g.Expect(e.hub.Delete(e.ctx, b)).To(Succeed())
+	e.waitBackupGone(g, ns, "forged")
+	var forged batchv1.Job
+	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &forged)).To(Succeed(), "the cleanup leaves a Job it does not trust")
+	g.Expect(forged.DeletionTimestamp).To(BeNil())
+}
