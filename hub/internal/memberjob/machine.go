@@ -19,7 +19,7 @@ import (
 // Jobs are found, what the hub renders for an attempt, and the backoff
 // between failed attempts. The machine is Observe (what the member has),
 // Start (create an attempt) and Remove (clean up); the feature decides
-// what a state means for it.
+// what a Phase means for it (hold, retry, give up).
 type Spec struct {
 	// What names the kind in messages, logs and errors ("restore").
 	What string
@@ -162,14 +162,15 @@ func (s *Spec) UntrustedMessage(j *batchv1.Job) string {
 		" Job the hub runs (its pod differs): not trusted; delete it and the hub runs its own"
 }
 
-// Remove deletes jobs and their pods (NotFound and Jobs being deleted are done).
-func (s *Spec) Remove(ctx context.Context, c client.Client, jobs []*batchv1.Job) error {
+// Remove deletes jobs and their pods (nil, NotFound and Jobs being deleted
+// are done); what names them in errors.
+func Remove(ctx context.Context, c client.Client, what string, jobs ...*batchv1.Job) error {
 	for _, j := range jobs {
 		if j == nil || j.DeletionTimestamp != nil {
 			continue
 		}
 		if err := c.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting %s job %s: %w", s.What, j.Name, err)
+			return fmt.Errorf("deleting %s job %s: %w", what, j.Name, err)
 		}
 	}
 	return nil
