@@ -34,6 +34,11 @@ type Spec struct {
 	// is the only name that attempt may have, and its pod the only pod a
 	// Job of that attempt may run (SamePod).
 	Render func(attempt int) (*batchv1.Job, error)
+	// RenderFor, when set, renders what the hub runs for the attempt an
+	// existing Job claims to be, where Render's Job depends on more than the
+	// attempt (the final backup's id, read from the Job). An error: the Job
+	// is none of the hub's (ignored).
+	RenderFor func(j *batchv1.Job) (*batchv1.Job, error)
 	// Base and Limit bound the doubling backoff after a failed attempt
 	// (Backoff); both zero: a failed attempt is never retried by the machine.
 	Base, Limit time.Duration
@@ -78,8 +83,16 @@ type Status struct {
 // Trusted reports whether j is a Job the hub renders for the kind: at the
 // name of its attempt, running the pod of that attempt.
 func (s *Spec) Trusted(j *batchv1.Job) bool {
-	want, err := s.Render(AttemptOf(j, s.AttemptKey))
+	want, err := s.renderFor(j)
 	return err == nil && j.Name == want.Name && SamePod(j, want)
+}
+
+// renderFor is what the hub renders for the attempt j claims to be.
+func (s *Spec) renderFor(j *batchv1.Job) (*batchv1.Job, error) {
+	if s.RenderFor != nil {
+		return s.RenderFor(j)
+	}
+	return s.Render(AttemptOf(j, s.AttemptKey))
 }
 
 // Observe lists the kind's Jobs (read live) and reports the latest trusted
@@ -92,7 +105,7 @@ func (s *Spec) Observe(ctx context.Context, live client.Reader) (Status, error) 
 	}
 	st := Status{Next: 1}
 	for _, j := range jobs {
-		want, err := s.Render(AttemptOf(j, s.AttemptKey))
+		want, err := s.renderFor(j)
 		switch {
 		case err != nil || j.Name != want.Name:
 			continue
