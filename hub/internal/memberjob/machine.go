@@ -48,16 +48,16 @@ type Spec struct {
 type Phase int
 
 const (
-	// PhaseNone: no Job of the kind; Next is the first attempt.
+	// PhaseNone is no Job of the kind; Next is the first attempt.
 	PhaseNone Phase = iota
-	// PhaseRunning: the latest attempt neither succeeded nor failed yet.
+	// PhaseRunning is the latest attempt running: it neither succeeded nor failed yet.
 	PhaseRunning
-	// PhaseSucceeded: the latest attempt completed.
+	// PhaseSucceeded is the latest attempt completed.
 	PhaseSucceeded
-	// PhaseFailed: the latest attempt failed (FailedAt, Why); Next may start
+	// PhaseFailed is the latest attempt failed (FailedAt, Why); Next may start
 	// once Wait is over.
 	PhaseFailed
-	// PhaseUntrusted: Job sits at the hub's name for an attempt of the kind but
+	// PhaseUntrusted is Job sitting at the hub's name for an attempt of the kind but
 	// does not run the pod the hub renders for it (a forged Job, or the
 	// hub's own after the spec changed). Its result is never taken, and
 	// the machine never deletes it: the user does, and the hub runs its own.
