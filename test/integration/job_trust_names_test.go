@@ -70,23 +70,7 @@ func testForgedRestoreJobAtName(t *testing.T, e *env, ns string) {
 
 func testBackupCleanupKeepsForgedJob(t *testing.T, e *env, ns string) {
 	g := NewWithT(t)
-	// Not Ready in m1 yet: the forged Job is in place before the hub's.
-	e.sim.enable("m1", false)
-	db := newDB(ns, "later", "m1")
-	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		g.Expect(e.getDB(ns, "later").Status.Clusters).To(ContainElement(HaveField("Name", "m1")))
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-	g.Expect(e.hub.Create(e.ctx, newBackup(ns, "forged", "later", fleetv1alpha1.BackupDeletionDelete, "m1"))).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		rec := e.getBackup(g, ns, "forged").Record("m1")
-		g.Expect(rec).NotTo(BeNil())
-		g.Expect(rec.Message).To(ContainSubstring("waiting for the Database to be Ready"))
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-	b := e.getBackup(g, ns, "forged")
-	name := "later-bk-" + b.UIDHash()
-	forgeJob(g, e, "m1", ns, name, member.BackupJobLabels(db, e.hubID(g), fleetv1alpha1.BackupKindOnDemand, b.BackupID()), nil)
-	e.sim.enable("m1", true)
+	b, name := forgeOnDemandJob(g, e, ns, fleetv1alpha1.BackupDeletionDelete)
 	g.Eventually(func(g Gomega) {
 		rec := e.getBackup(g, ns, "forged").Record("m1")
 		g.Expect(rec).NotTo(BeNil())
