@@ -26,6 +26,7 @@ func TestMemberJobTrustAtHubNames(t *testing.T) {
 		testForgedRestoreJobAtName(t, e, ns)
 	})
 	t.Run("deleting a DatabaseBackup leaves a forged Job at its backup Job's name", func(t *testing.T) { testBackupCleanupKeepsForgedJob(t, e, ns) })
+	t.Run("a forged Succeeded Job at the rotation Job's name does not switch the member", func(t *testing.T) { testForgedRotationJob(t, e, ns) })
 }
 
 func testForgedRestoreJobAtName(t *testing.T, e *env, ns string) {
@@ -82,4 +83,39 @@ func testBackupCleanupKeepsForgedJob(t *testing.T, e *env, ns string) {
 	var forged batchv1.Job
 	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &forged)).To(Succeed(), "the cleanup leaves a Job it does not trust")
 	g.Expect(forged.DeletionTimestamp).To(BeNil())
+}
+
+func testForgedRotationJob(t *testing.T, e *env, ns string) {
+	g := NewWithT(t)
+	e.createReady(g, newDB(ns, "keys", "m1"))
+	key := client.ObjectKey{Namespace: ns, Name: "keys-credentials"}
+	old := e.hubSecret(g, key)[member.CredentialsPasswordKey]
+	labels := maps.Clone(member.RotationJobLabels(e.getDB(ns, "keys"), "r1"))
+	labels[fleetv1alpha1.LabelHubID] = e.hubID(g)
+	name := member.RotationJobName("keys", "r1", 1)
+	forgeJob(g, e, "m1", ns, name, labels, map[string]string{fleetv1alpha1.AnnotationRotationAttempt: "1"})
+
+	e.annotate(g, ns, "keys", "r1")
+	g.Eventually(func(g Gomega) {
+		c := condition(e.getDB(ns, "keys").Status.Conditions, fleetv1alpha1.ConditionCredentialsRotated)
+		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonRotationFailed))
+		g.Expect(c.Message).To(And(ContainSubstring("not trusted"), ContainSubstring(name)))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.memberSecret(g, "m1", key)[member.CredentialsPasswordKey]).To(Equal(old), "the forged Job does not switch the member")
+	g.Expect(e.hubSecret(g, key)[member.CredentialsPasswordKey]).To(Equal(old))
+
+	// Deleted by the user: the hub runs its own rotation Job, and the rotation completes.
+	var forged batchv1.Job
+	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &forged)).To(Succeed(), "the hub does not delete a Job it did not make")
+	g.Expect(e.member("m1").Delete(e.ctx, &forged, client.PropagationPolicy("Background"))).To(Succeed())
+	var job *batchv1.Job
+	g.Eventually(func(g Gomega) {
+		job = &batchv1.Job{}
+		g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, job)).To(Succeed())
+		g.Expect(job.UID).NotTo(Equal(forged.UID))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	e.finishJob(g, "m1", job, true)
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.hubSecret(g, key)[member.CredentialsPasswordKey]).NotTo(Equal(old))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
