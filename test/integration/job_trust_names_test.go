@@ -50,18 +50,8 @@ func testForgedRestoreJobAtName(t *testing.T, e *env, ns string) {
 		g.Expect(clusterEntry(e.getDB(ns, "copy"), "m1")).To(HaveField("Message", ContainSubstring("not trusted")))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	e.expectNoClientService(g, "m1", ns, "copy")
-	var forged batchv1.Job
-	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &forged)).To(Succeed(), "the hub does not delete a Job it did not make")
-
 	// Deleted by the user: the hub runs its own restore Job at that name.
-	g.Expect(e.member("m1").Delete(e.ctx, &forged, client.PropagationPolicy("Background"))).To(Succeed())
-	var job *batchv1.Job
-	g.Eventually(func(g Gomega) {
-		job = &batchv1.Job{}
-		g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, job)).To(Succeed())
-		g.Expect(job.UID).NotTo(Equal(forged.UID))
-		g.Expect(job.Spec.Template.Spec.Containers[0].Command).NotTo(Equal([]string{"true"}))
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	job := e.replaceForged(g, ns, name)
 	e.finishJob(g, "m1", job, true)
 	g.Eventually(func(g Gomega) {
 		g.Expect(e.getDB(ns, "copy").Status.Restore).To(ContainElement(And(HaveField("Cluster", "m1"),
@@ -105,6 +95,17 @@ func testForgedRotationJob(t *testing.T, e *env, ns string) {
 	g.Expect(e.hubSecret(g, key)[member.CredentialsPasswordKey]).To(Equal(old))
 
 	// Deleted by the user: the hub runs its own rotation Job, and the rotation completes.
+	job := e.replaceForged(g, ns, name)
+	e.finishJob(g, "m1", job, true)
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.hubSecret(g, key)[member.CredentialsPasswordKey]).NotTo(Equal(old))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+}
+
+// replaceForged checks that the hub left the forged Job name in m1 alone,
+// deletes it as the user would, and returns the Job the hub then runs at
+// that name (its own: not the forged pod).
+func (e *env) replaceForged(g Gomega, ns, name string) *batchv1.Job {
 	var forged batchv1.Job
 	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &forged)).To(Succeed(), "the hub does not delete a Job it did not make")
 	g.Expect(e.member("m1").Delete(e.ctx, &forged, client.PropagationPolicy("Background"))).To(Succeed())
@@ -113,9 +114,7 @@ func testForgedRotationJob(t *testing.T, e *env, ns string) {
 		job = &batchv1.Job{}
 		g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, job)).To(Succeed())
 		g.Expect(job.UID).NotTo(Equal(forged.UID))
+		g.Expect(job.Spec.Template.Spec.Containers[0].Command).NotTo(Equal([]string{"true"}))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-	e.finishJob(g, "m1", job, true)
-	g.Eventually(func(g Gomega) {
-		g.Expect(e.hubSecret(g, key)[member.CredentialsPasswordKey]).NotTo(Equal(old))
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	return job
 }
