@@ -140,7 +140,8 @@ func (r *backupReconciler) memberCleanup(ctx context.Context, b *fleetv1alpha1.D
 // until it succeeded; then delete both Jobs.
 func (r *backupReconciler) cleanupStep(ctx context.Context, c client.Client, live client.Reader, b *fleetv1alpha1.DatabaseBackup,
 	rec fleetv1alpha1.BackupRecord) (cleanupOutcome, error) {
-	backupJob, err := r.ownBackupJob(ctx, live, b, backupJobName(b))
+	db := r.database(ctx, b)
+	backupJob, err := r.trustedBackupJob(ctx, live, b, db, rec)
 	if err != nil {
 		return cleanupOutcome{}, err
 	}
@@ -153,7 +154,7 @@ func (r *backupReconciler) cleanupStep(ctx context.Context, c client.Client, liv
 	}
 	// A member whose backup never started has no files of it.
 	if backupPolicy(b) == fleetv1alpha1.BackupDeletionDelete && (backupJob != nil || rec.Started != nil) {
-		out, err := r.runCleanupJob(ctx, c, live, b, r.cleanupTemplate(ctx, b, rec.Cluster, backupJob))
+		out, err := r.runCleanupJob(ctx, c, live, b, r.cleanupTemplate(b, db, rec.Cluster, backupJob))
 		if err != nil || !out.done {
 			return out, err
 		}
@@ -165,15 +166,35 @@ func (r *backupReconciler) cleanupStep(ctx context.Context, c client.Client, liv
 }
 
 // cleanupTemplate is the Job the cleanup Job is made from: the backup Job
-// the Database would get, or, when the Database is gone, the backup Job
-// (as before; nil when neither is left). A backup Job at the hub's name
-// whose pod differs from the rendered one is never the template (untrusted).
-func (r *backupReconciler) cleanupTemplate(ctx context.Context, b *fleetv1alpha1.DatabaseBackup, cluster string, backupJob *batchv1.Job) *batchv1.Job {
-	db := r.database(ctx, b)
+// the Database would get, or, when the Database is gone, the trusted backup
+// Job (nil when neither is left).
+func (r *backupReconciler) cleanupTemplate(b *fleetv1alpha1.DatabaseBackup, db *fleetv1alpha1.Database, cluster string, backupJob *batchv1.Job) *batchv1.Job {
 	if db == nil {
 		return backupJob
 	}
-	return r.renderedJob(db, b, cluster)
+	job, err := r.jobSpec(b, db, cluster).Render(1)
+	if err != nil {
+		return nil
+	}
+	return job
+}
+
+// trustedBackupJob reads the backup Job live: nil when there is none, or
+// when the hub does not trust it: such a Job is never stopped, used as the
+// cleanup's template, or deleted. With the Database, trust is the machine's
+// (memberjob.Spec.Trusted: the hub's name and pod); without it nothing can
+// be rendered to check against, and only this hub's Job of this backup
+// whose start the member's record holds counts.
+func (r *backupReconciler) trustedBackupJob(ctx context.Context, live client.Reader, b *fleetv1alpha1.DatabaseBackup, db *fleetv1alpha1.Database,
+	rec fleetv1alpha1.BackupRecord) (*batchv1.Job, error) {
+	job, err := r.ownBackupJob(ctx, live, b, backupJobName(b))
+	switch {
+	case err != nil || job == nil:
+		return nil, err
+	case db != nil && !r.jobSpec(b, db, rec.Cluster).Trusted(job), db == nil && rec.Started == nil:
+		return nil, nil
+	}
+	return job, nil
 }
 
 // runCleanupJob creates the cleanup Job from the backup Job (its image and
