@@ -38,7 +38,7 @@ func ownsBackupJob(j *batchv1.Job, b *fleetv1alpha1.DatabaseBackup, hubID string
 func (r *backupReconciler) jobSpec(b *fleetv1alpha1.DatabaseBackup, db *fleetv1alpha1.Database, cluster string) *memberjob.Spec {
 	return &memberjob.Spec{
 		What: "backup", Namespace: b.Namespace, Labels: backupJobLabels(b, r.opts.HubID), HubID: r.opts.HubID,
-		AttemptKey: fleetv1alpha1.AnnotationBackupAttempt,
+		AttemptKey: fleetv1alpha1.AnnotationBackupAttempt, Cluster: cluster, Ledger: r.opts.Jobs,
 		Render: func(int) (*batchv1.Job, error) {
 			return member.BackupJob(member.BackupParams{
 				Database: db, Cluster: cluster, Kind: fleetv1alpha1.BackupKindOnDemand, ID: backupID(b), Attempt: 1,

@@ -150,7 +150,7 @@ func (r *memberSyncReconciler) followFinalBackup(ctx context.Context, c client.C
 			waiting: "the final backup failed (Required): nothing is deleted here until it succeeds or spec.backup.finalBackup allows it"}, nil
 	}
 	// Retry: a new attempt of the same backup; older failures beyond the last two go.
-	if err := memberjob.Remove(ctx, c, "final backup", jobs[:max(0, len(jobs)-finalBackupJobsKept+1)]...); err != nil {
+	if err := r.finalBackupSpec(cluster, fb, id).Remove(ctx, c, jobs[:max(0, len(jobs)-finalBackupJobsKept+1)]...); err != nil {
 		return finalBackupStep{}, err
 	}
 	return r.startFinalBackup(ctx, c, live, cluster, fb, id, attempt+1, &rec)
@@ -240,15 +240,16 @@ func (r *memberSyncReconciler) failureWhy(ctx context.Context, live client.Reade
 	return statusmsg.Truncate(jobWhy+" (Job "+job.Name+")", backupWhyMax)
 }
 
-// removeFinalBackupJobs deletes this hub's final backup Jobs of the Database
-// (their pods go with them) once its teardown in the member is done. The
-// backup volume claim stays.
-func (r *memberSyncReconciler) removeFinalBackupJobs(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database) error {
-	jobs, err := finalBackupJobs(ctx, live, db, r.opts.HubID)
+// removeFinalBackupJobs deletes the final backup Jobs of the Database the
+// hub created (their pods go with them) once its teardown in the member is
+// done: memberjob.Spec.Remove, never a Job that only carries their names
+// and labels. The backup volume claim stays.
+func (r *memberSyncReconciler) removeFinalBackupJobs(ctx context.Context, c client.Client, live client.Reader, cluster string, fb *finalBackupPlan) error {
+	jobs, err := finalBackupJobs(ctx, live, fb.db, r.opts.HubID)
 	if err != nil {
 		return err
 	}
-	return memberjob.Remove(ctx, c, "final backup", jobs...)
+	return r.finalBackupSpec(cluster, fb, fb.id).Remove(ctx, c, jobs...)
 }
 
 // finalBackupJobs lists this hub's final backup Jobs of the Database in the

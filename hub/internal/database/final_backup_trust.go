@@ -61,7 +61,7 @@ func (r *memberSyncReconciler) finalBackupSpec(cluster string, fb *finalBackupPl
 	labels[fleetv1alpha1.LabelBackupKind] = fleetv1alpha1.BackupKindFinal
 	return &memberjob.Spec{
 		What: "final backup", Namespace: fb.db.Namespace, Labels: labels, HubID: r.opts.HubID,
-		AttemptKey: fleetv1alpha1.AnnotationBackupAttempt, Base: finalBackupRetryBase, Limit: finalBackupRetryMax,
+		AttemptKey: fleetv1alpha1.AnnotationBackupAttempt, Base: finalBackupRetryBase, Limit: finalBackupRetryMax, Cluster: cluster, Ledger: r.jobs,
 		Render: func(attempt int) (*batchv1.Job, error) { return render(id, attempt) },
 		RenderFor: func(j *batchv1.Job) (*batchv1.Job, error) {
 			jid := j.Labels[fleetv1alpha1.LabelBackupID]

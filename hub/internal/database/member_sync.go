@@ -20,6 +20,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
 	"github.com/fleetdb/fleetdb/hub/internal/topology"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
@@ -55,6 +56,8 @@ type memberSyncReconciler struct {
 	watches *backendWatches
 	// shard is the sharded hub's runtime; nil without --sharding.
 	shard *shardRuntime
+	// jobs is the hub's record of the Jobs it creates in members (nil in unit tests).
+	jobs *memberjob.Ledger
 }
 
 // Reconcile is the envelope of one member sync: the per-member slot, the
@@ -375,7 +378,7 @@ func (r *memberSyncReconciler) teardown(ctx context.Context, c client.Client, li
 	}
 	if fb.jobs {
 		// The result is recorded: the backup Jobs go, the volume claim stays.
-		if err := r.removeFinalBackupJobs(ctx, c, live, p.finalBackup.db); err != nil {
+		if err := r.removeFinalBackupJobs(ctx, c, live, cluster, p.finalBackup); err != nil {
 			return failedOutcome(errReasonTeardown, err, &memberResult{Status: deletingStatus(cluster, "removing the final backup jobs: "+err.Error()), FinalBackup: fb.record})
 		}
 	}

@@ -310,7 +310,7 @@ func (r *memberSyncReconciler) restoreJobSpec(db *fleetv1alpha1.Database, cluste
 	owner *metav1.OwnerReference) *memberjob.Spec {
 	return &memberjob.Spec{
 		What: "restore", Namespace: db.Namespace, Labels: member.RestoreJobLabels(db), HubID: r.opts.HubID,
-		AttemptKey: fleetv1alpha1.AnnotationRestoreAttempt, Base: rotationRetryBase, Limit: rotationRetryMax,
+		AttemptKey: fleetv1alpha1.AnnotationRestoreAttempt, Base: rotationRetryBase, Limit: rotationRetryMax, Cluster: cluster, Ledger: r.jobs,
 		Render: func(attempt int) (*batchv1.Job, error) {
 			return member.RestoreJob(member.RestoreParams{
 				Database: db, Cluster: cluster, SourceDatabase: src.Spec.DatabaseName, BackupID: src.BackupID(), Attempt: attempt,

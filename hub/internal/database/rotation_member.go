@@ -80,7 +80,7 @@ func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Cli
 	if len(mr.pending) == 0 {
 		// Before the apply writes the final Secret: a failed removal is
 		// retried while the member Secret still shows the rotation.
-		return mr, r.removeRotationJobs(ctx, c, live, db, mr.secret)
+		return mr, r.removeRotationJobs(ctx, c, live, cluster, db, mr.secret)
 	}
 	if db.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG {
 		mr.cnpg = true
@@ -181,10 +181,12 @@ func (r *memberSyncReconciler) finishRotation(ctx context.Context, c client.Clie
 	return rep, rotationJobPoll, nil
 }
 
-// removeRotationJobs deletes the Database's rotation Jobs (and their pods)
-// once no rotation is under way, while the member Secret (as cached) still
-// shows the last one. At rest it makes no call.
-func (r *memberSyncReconciler) removeRotationJobs(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database, secret *corev1.Secret) error {
+// removeRotationJobs deletes the Database's rotation Jobs the hub created
+// (and their pods) once no rotation is under way, while the member Secret
+// (as cached) still shows the last one: memberjob.Spec.Remove, never a Job
+// that only carries their labels. At rest it makes no call.
+func (r *memberSyncReconciler) removeRotationJobs(ctx context.Context, c client.Client, live client.Reader, cluster string, db *fleetv1alpha1.Database,
+	secret *corev1.Secret) error {
 	if secret == nil || !member.InRotation(secret.Data) {
 		return nil
 	}
@@ -199,7 +201,7 @@ func (r *memberSyncReconciler) removeRotationJobs(ctx context.Context, c client.
 			own = append(own, &list.Items[i])
 		}
 	}
-	return memberjob.Remove(ctx, c, "rotation", own...)
+	return r.rotationJobSpec(cluster, db, string(secret.Data[member.CredentialsRotationTokenKey]), nil).Remove(ctx, c, own...)
 }
 
 // rotationJobSpec is the rotation Job machine of db's token in cluster;
@@ -213,7 +215,7 @@ func (r *memberSyncReconciler) rotationJobSpec(cluster string, db *fleetv1alpha1
 	}
 	return &memberjob.Spec{
 		What: "rotation", Namespace: db.Namespace, Labels: member.RotationJobLabels(db, token), HubID: r.opts.HubID,
-		AttemptKey: fleetv1alpha1.AnnotationRotationAttempt, Base: rotationRetryBase, Limit: rotationRetryMax,
+		AttemptKey: fleetv1alpha1.AnnotationRotationAttempt, Base: rotationRetryBase, Limit: rotationRetryMax, Cluster: cluster, Ledger: r.jobs,
 		Render: func(attempt int) (*batchv1.Job, error) {
 			return member.RotationJob(member.RotationParams{
 				Database: db, Cluster: cluster, Token: token, Attempt: attempt, StatefulSet: sts, ImageRepository: r.opts.ImageRepository,

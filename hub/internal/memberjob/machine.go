@@ -7,7 +7,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -42,6 +41,11 @@ type Spec struct {
 	// Base and Limit bound the doubling backoff after a failed attempt
 	// (Backoff); both zero: a failed attempt is never retried by the machine.
 	Base, Limit time.Duration
+	// Cluster is the member the Jobs run in, and Ledger the hub's record
+	// of the Jobs it created (nil: none kept; only SamePod trusts, and
+	// Remove deletes what SamePod trusts).
+	Cluster string
+	Ledger  *Ledger
 }
 
 // Phase is where the kind's latest attempt stands in a member.
@@ -57,10 +61,11 @@ const (
 	// PhaseFailed is the latest attempt failed (FailedAt, Why); Next may start
 	// once Wait is over.
 	PhaseFailed
-	// PhaseUntrusted is Job sitting at the hub's name for an attempt of the kind but
-	// does not run the pod the hub renders for it (a forged Job, or the
-	// hub's own after the spec changed). Its result is never taken, and
-	// the machine never deletes it: the user does, and the hub runs its own.
+	// PhaseUntrusted is a Job sitting at the hub's name for an attempt of
+	// the kind that the hub did not create: it runs neither the pod the hub
+	// renders for it now nor one the ledger holds for that name. Its result
+	// is never taken, and the machine never deletes it: the user does, and
+	// the hub runs its own.
 	PhaseUntrusted
 )
 
@@ -80,11 +85,27 @@ type Status struct {
 	Wait time.Duration
 }
 
-// Trusted reports whether j is a Job the hub renders for the kind: at the
-// name of its attempt, running the pod of that attempt.
-func (s *Spec) Trusted(j *batchv1.Job) bool {
+// Trusted reports whether j is a Job of the kind the hub runs: at the name
+// of its attempt, running the pod the hub renders for that attempt now
+// (SamePod) or, when the spec changed since, the pod the hub recorded in its
+// ledger when it created the Job at that name (its own Job of an earlier spec).
+func (s *Spec) Trusted(ctx context.Context, j *batchv1.Job) (bool, error) {
+	atName, trusted, err := s.check(ctx, j)
+	return atName && trusted, err
+}
+
+// check says whether j sits at the hub's name for the attempt it claims, and
+// whether it is trusted there (Trusted).
+func (s *Spec) check(ctx context.Context, j *batchv1.Job) (atName, trusted bool, err error) {
 	want, err := s.renderFor(j)
-	return err == nil && j.Name == want.Name && SamePod(j, want)
+	if err != nil || j.Name != want.Name {
+		return false, false, nil
+	}
+	if SamePod(j, want) {
+		return true, true, nil
+	}
+	held, err := s.Ledger.Holds(ctx, s.HubID, s.Cluster, j)
+	return true, held, err
 }
 
 // renderFor is what the hub renders for the attempt j claims to be.
@@ -96,8 +117,10 @@ func (s *Spec) renderFor(j *batchv1.Job) (*batchv1.Job, error) {
 }
 
 // Observe lists the kind's Jobs (read live) and reports the latest trusted
-// attempt. A Job at a name the hub never gives is ignored (nor deleted); a
-// Job at the hub's name that is not trusted makes the kind PhaseUntrusted.
+// attempt (a trusted Job of an earlier spec included: it is waited for, its
+// result taken, and the next attempt rendered from the spec of now). A Job
+// at a name the hub never gives is ignored (nor deleted); a Job at the hub's
+// name that is not trusted makes the kind PhaseUntrusted.
 func (s *Spec) Observe(ctx context.Context, live client.Reader) (Status, error) {
 	jobs, err := List(ctx, live, s.Namespace, s.Labels, s.HubID, s.AttemptKey, s.What)
 	if err != nil {
@@ -105,11 +128,13 @@ func (s *Spec) Observe(ctx context.Context, live client.Reader) (Status, error) 
 	}
 	st := Status{Next: 1}
 	for _, j := range jobs {
-		want, err := s.renderFor(j)
+		atName, trusted, err := s.check(ctx, j)
 		switch {
-		case err != nil || j.Name != want.Name:
+		case err != nil:
+			return Status{}, err
+		case !atName:
 			continue
-		case !SamePod(j, want):
+		case !trusted:
 			return Status{Phase: PhaseUntrusted, Job: j, Attempt: AttemptOf(j, s.AttemptKey), Next: 1}, nil
 		}
 		st.Jobs = append(st.Jobs, j)
@@ -138,8 +163,9 @@ func (s *Spec) status(latest *batchv1.Job, jobs []*batchv1.Job) Status {
 }
 
 // Start creates the given attempt, as rendered (its labels carry the hub
-// identity). A Job already at that name counts only when it is trusted
-// (PhaseRunning or what it reached): otherwise PhaseUntrusted, and it is left alone.
+// identity), after recording it in the ledger. A Job already at that name
+// counts only when it is trusted (PhaseRunning or what it reached):
+// otherwise PhaseUntrusted, and it is left alone.
 func (s *Spec) Start(ctx context.Context, c client.Client, live client.Reader, attempt int) (Status, error) {
 	job, err := s.Render(attempt)
 	if err != nil {
@@ -150,6 +176,9 @@ func (s *Spec) Start(ctx context.Context, c client.Client, live client.Reader, a
 	}
 	if s.HubID != "" {
 		job.Labels[fleetv1alpha1.LabelHubID] = s.HubID
+	}
+	if err := s.Ledger.Record(ctx, s.HubID, s.Cluster, job); err != nil {
+		return Status{}, fmt.Errorf("recording the %s job: %w", s.What, err)
 	}
 	err = c.Create(ctx, job, client.FieldOwner(fleetv1alpha1.FieldManager))
 	switch {
@@ -163,7 +192,11 @@ func (s *Spec) Start(ctx context.Context, c client.Client, live client.Reader, a
 	if err := live.Get(ctx, client.ObjectKeyFromObject(job), &cur); err != nil {
 		return Status{}, fmt.Errorf("reading the %s job: %w", s.What, err)
 	}
-	if !Own(&cur, s.HubID) || AttemptOf(&cur, s.AttemptKey) != attempt || !SamePod(&cur, job) {
+	trusted, err := s.Trusted(ctx, &cur)
+	switch {
+	case err != nil:
+		return Status{}, err
+	case !Own(&cur, s.HubID) || AttemptOf(&cur, s.AttemptKey) != attempt || !trusted:
 		return Status{Phase: PhaseUntrusted, Job: &cur, Attempt: attempt, Next: attempt}, nil
 	}
 	return s.status(&cur, []*batchv1.Job{&cur}), nil
@@ -171,20 +204,12 @@ func (s *Spec) Start(ctx context.Context, c client.Client, live client.Reader, a
 
 // UntrustedMessage says which Job is not trusted and what the user can do.
 func (s *Spec) UntrustedMessage(j *batchv1.Job) string {
-	return "Job " + j.Name + " in the member carries this " + s.What + "'s name or labels but is not the " + s.What +
-		" Job the hub runs (its pod differs): not trusted; delete it and the hub runs its own"
+	return "Job " + j.Name + " in the member carries this " + s.What + "'s name or labels but is not a " + s.What +
+		" Job the hub created (its pod differs): not trusted; delete it and the hub runs its own"
 }
 
-// Remove deletes jobs and their pods (nil, NotFound and Jobs being deleted
-// are done); what names them in errors.
-func Remove(ctx context.Context, c client.Client, what string, jobs ...*batchv1.Job) error {
-	for _, j := range jobs {
-		if j == nil || j.DeletionTimestamp != nil {
-			continue
-		}
-		if err := c.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting %s job %s: %w", what, j.Name, err)
-		}
-	}
-	return nil
+// Remove deletes those of jobs the hub created, and their pods (Ledger.Remove;
+// without a ledger, the trusted ones).
+func (s *Spec) Remove(ctx context.Context, c client.Client, jobs ...*batchv1.Job) error {
+	return s.Ledger.Remove(ctx, c, s.HubID, s.Cluster, s.What, func(j *batchv1.Job) (bool, error) { return s.Trusted(ctx, j) }, jobs...)
 }
