@@ -3,6 +3,7 @@ package member
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -297,6 +298,10 @@ func observeCNPG(ctx context.Context, c client.Reader, db *fleetv1alpha1.Databas
 	st.Endpoint = endpoint
 
 	st.Role = cnpgRole(u)
+	pending, err := cnpgPendingCertificates(ctx, c, u)
+	if err != nil {
+		return st, err
+	}
 	// Healthy is not enough: CloudNativePG reports no generation (see tookSpec).
 	caughtUp := s.healthy() && s.tookSpec()
 	if caughtUp {
@@ -309,6 +314,9 @@ func observeCNPG(ctx context.Context, c client.Reader, db *fleetv1alpha1.Databas
 		st.Phase, st.Message = fleetv1alpha1.ClusterPhaseProvisioning, cnpgMessage(s)
 	case endpoint == "":
 		st.Phase, st.Message = fleetv1alpha1.ClusterPhaseProvisioning, "the client Service does not exist yet"
+	case len(pending) > 0:
+		st.Phase, st.Message = fleetv1alpha1.ClusterPhaseProvisioning, "waiting for CloudNativePG to take the renewed certificates in Secret "+
+			strings.Join(pending, ", ")+" (the Cluster's status.secretsResourceVersion)"
 	default:
 		st.Phase = fleetv1alpha1.ClusterPhaseReady
 	}
@@ -391,12 +399,52 @@ func CNPGSecretVersions(u *unstructured.Unstructured) map[string]string {
 		name, _, _ := unstructured.NestedString(u.Object, "spec", "bootstrap", method, "secret", "name")
 		put(name, "applicationSecretVersion")
 	}
-	for field, key := range map[string]string{
-		"serverTLSSecret": "serverSecretVersion", "serverCASecret": "serverCaSecretVersion",
-		"clientCASecret": "clientCaSecretVersion", "replicationTLSSecret": "replicationSecretVersion",
-	} {
-		name, _, _ := unstructured.NestedString(u.Object, "spec", "certificates", field)
-		put(name, key)
+	for _, f := range cnpgCertificateVersions {
+		name, _, _ := unstructured.NestedString(u.Object, "spec", "certificates", f.field)
+		put(name, f.key)
 	}
 	return out
+}
+
+// cnpgCertificateVersions pairs each spec.certificates field with the key
+// of status.secretsResourceVersion where CloudNativePG reports the version
+// of that Secret it reconciled (refreshSecretResourceVersions,
+// internal/controller/cluster_status.go, v1.30.0: ClientCASecretVersion,
+// ReplicationSecretVersion, ServerCASecretVersion, ServerSecretVersion of
+// the Secrets named in status.certificates, which are spec.certificates'
+// for user-provided ones).
+var cnpgCertificateVersions = []struct{ field, key string }{
+	{"serverTLSSecret", "serverSecretVersion"}, {"serverCASecret", "serverCaSecretVersion"},
+	{"clientCASecret", "clientCaSecretVersion"}, {"replicationTLSSecret", "replicationSecretVersion"},
+}
+
+// cnpgPendingCertificates are the certificate Secrets the Cluster names
+// whose current version it does not report: a certificate written (renewed)
+// since CloudNativePG last reconciled, which is not in use until it does
+// (it reloads the instances' certificates at that reconcile). A member
+// counts as renewed only once none is left. A key the Cluster reports no
+// version for at all is not waited on: CloudNativePG reports every one at
+// each reconcile, so that is a Cluster that never reconciled (not healthy
+// yet, which holds the member anyway), or the kwok Stages, which cannot
+// read a Secret's version.
+func cnpgPendingCertificates(ctx context.Context, c client.Reader, u *unstructured.Unstructured) ([]string, error) {
+	var pending []string
+	for _, f := range cnpgCertificateVersions {
+		name, _, _ := unstructured.NestedString(u.Object, "spec", "certificates", f.field)
+		reported, _, _ := unstructured.NestedString(u.Object, "status", "secretsResourceVersion", f.key)
+		if name == "" || reported == "" {
+			continue
+		}
+		var s corev1.Secret
+		switch err := c.Get(ctx, client.ObjectKey{Namespace: u.GetNamespace(), Name: name}, &s); {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("reading Secret %s/%s: %w", u.GetNamespace(), name, err)
+		}
+		if s.ResourceVersion != reported && !slices.Contains(pending, name) {
+			pending = append(pending, name)
+		}
+	}
+	return pending, nil
 }

@@ -36,6 +36,11 @@ const (
 	// records, before releasing a Database, the members whose teardown it
 	// skipped and the policy to collect them with on reconnect.
 	TombstonesConfigMap = "fleetdb-hub-tombstones"
+	// JobsConfigMap is the ConfigMap in the hub namespace where the hub
+	// records, before creating it, each Job it runs in a member (its name
+	// and pod): the Jobs it trusts after a spec change and the only ones it
+	// deletes.
+	JobsConfigMap = "fleetdb-hub-jobs"
 
 	// AnnotationGeneration records the hub generation that last wrote a member object.
 	AnnotationGeneration = "fleetdb.io/generation"

@@ -45,24 +45,7 @@ func forgeJob(g Gomega, e *env, m, ns, name string, labels, annotations map[stri
 
 func testForgedOnDemandJob(t *testing.T, e *env, ns string) {
 	g := NewWithT(t)
-	// The Database is placed but not Ready in m1, so the hub waits before
-	// it starts its own backup Job: the forged one is in place first.
-	e.sim.enable("m1", false)
-	db := newDB(ns, "later", "m1")
-	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		g.Expect(e.getDB(ns, "later").Status.Clusters).To(ContainElement(HaveField("Name", "m1")))
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-	g.Expect(e.hub.Create(e.ctx, newBackup(ns, "forged", "later", "", "m1"))).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		rec := e.getBackup(g, ns, "forged").Record("m1")
-		g.Expect(rec).NotTo(BeNil())
-		g.Expect(rec.Message).To(ContainSubstring("waiting for the Database to be Ready"))
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-	b := e.getBackup(g, ns, "forged")
-	name := "later-bk-" + b.UIDHash()
-	forgeJob(g, e, "m1", ns, name, member.BackupJobLabels(db, e.hubID(g), fleetv1alpha1.BackupKindOnDemand, b.BackupID()), nil)
-	e.sim.enable("m1", true)
+	_, name := forgeOnDemandJob(g, e, ns, "")
 
 	var rec *fleetv1alpha1.BackupRecord
 	g.Eventually(func(g Gomega) {
@@ -74,6 +57,31 @@ func testForgedOnDemandJob(t *testing.T, e *env, ns string) {
 	g.Expect(rec.Message).To(ContainSubstring("not trusted"))
 	g.Expect(rec.Message).To(ContainSubstring(name))
 	g.Expect(rec.Location).To(BeEmpty())
+}
+
+// forgeOnDemandJob creates the Database "later" in m1 and the
+// DatabaseBackup "forged" of it with policy, and puts a forged Succeeded Job
+// with the backup's labels at the backup Job's name before the hub starts
+// its own: the Database is placed but not Ready in m1 meanwhile, so the hub
+// waits. It returns the DatabaseBackup and the Job's name.
+func forgeOnDemandJob(g Gomega, e *env, ns, policy string) (*fleetv1alpha1.DatabaseBackup, string) {
+	e.sim.enable("m1", false)
+	db := newDB(ns, "later", "m1")
+	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getDB(ns, "later").Status.Clusters).To(ContainElement(HaveField("Name", "m1")))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.hub.Create(e.ctx, newBackup(ns, "forged", "later", policy, "m1"))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		rec := e.getBackup(g, ns, "forged").Record("m1")
+		g.Expect(rec).NotTo(BeNil())
+		g.Expect(rec.Message).To(ContainSubstring("waiting for the Database to be Ready"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	b := e.getBackup(g, ns, "forged")
+	name := "later-bk-" + b.UIDHash()
+	forgeJob(g, e, "m1", ns, name, member.BackupJobLabels(db, e.hubID(g), fleetv1alpha1.BackupKindOnDemand, b.BackupID()), nil)
+	e.sim.enable("m1", true)
+	return b, name
 }
 
 func testForgedRestoreJob(t *testing.T, e *env, ns string) {

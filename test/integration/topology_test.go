@@ -207,9 +207,13 @@ func checkTopologySecrets(g Gomega, e *env, ns string) *corev1.Secret {
 
 // testTopologyRenewal replaces m2's server certificate in the hub's PKI
 // Secret by one that expires in ten days: the hub issues a new one, and the
-// new one reaches m2.
+// new one reaches m2. m2 counts as renewed (Ready) only once its Cluster
+// reports the new Secret's version: its simulated operator is off until the
+// Secret was written, so it reports the old one meanwhile.
 func testTopologyRenewal(t *testing.T, e *env, ns string, pki *corev1.Secret) {
 	g := NewWithT(t)
+	e.sim.enable("m2", false)
+	defer e.sim.enable("m2", true)
 	old := nearExpiryCert(g, pki, "ledger-rw."+ns+".m2.fleet.test")
 	patch := client.MergeFrom(pki.DeepCopy())
 	pki.Data["server-m2.crt"], pki.Data["server-m2.key"] = old.cert, old.key
@@ -231,6 +235,22 @@ func testTopologyRenewal(t *testing.T, e *env, ns string, pki *corev1.Secret) {
 		g.Expect(server.Data["tls.key"]).To(Equal(cur.Data["server-m2.key"]))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	g.Eventually(e.eventSeen(ns, "CertificatesIssued", "server m2")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+
+	// Written, not taken: the Cluster still reports the Secret version it had.
+	g.Eventually(func(g Gomega) {
+		m2 := clusterEntry(e.getDB(ns, "ledger"), "m2")
+		g.Expect(m2.Phase).To(Equal(fleetv1alpha1.ClusterPhaseProvisioning))
+		g.Expect(m2.Message).To(And(ContainSubstring("renewed certificates"), ContainSubstring("ledger-topology-server")))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	e.sim.enable("m2", true)
+	g.Eventually(func(g Gomega) {
+		u := member.NewCNPGCluster()
+		g.Expect(e.member("m2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "ledger"}, u)).To(Succeed())
+		var server corev1.Secret
+		g.Expect(e.member("m2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "ledger-topology-server"}, &server)).To(Succeed())
+		g.Expect(member.CNPGSecretVersions(u)).To(HaveKeyWithValue("ledger-topology-server", server.ResourceVersion))
+		g.Expect(clusterEntry(e.getDB(ns, "ledger"), "m2").Phase).To(Equal(fleetv1alpha1.ClusterPhaseReady))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
 
 type pemPair struct{ cert, key []byte }

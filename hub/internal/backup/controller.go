@@ -24,6 +24,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
 	"github.com/fleetdb/fleetdb/internal/placement"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
@@ -83,6 +84,10 @@ type Options struct {
 	ReconcileTimeout time.Duration
 	// Recorder records the Events of DatabaseBackups.
 	Recorder events.EventRecorder
+	// Jobs is the hub's record of the Jobs it creates in members: the
+	// backup and cleanup Jobs it trusts after a spec change, and the only
+	// ones it deletes (nil in unit tests: none kept).
+	Jobs *memberjob.Ledger
 	// SkipNameValidation is the manager's controller option (multicluster-runtime's builder does not take it from the manager).
 	SkipNameValidation *bool
 }

@@ -9,7 +9,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -140,45 +139,76 @@ func (r *backupReconciler) memberCleanup(ctx context.Context, b *fleetv1alpha1.D
 // until it succeeded; then delete both Jobs.
 func (r *backupReconciler) cleanupStep(ctx context.Context, c client.Client, live client.Reader, b *fleetv1alpha1.DatabaseBackup,
 	rec fleetv1alpha1.BackupRecord) (cleanupOutcome, error) {
-	backupJob, err := r.ownBackupJob(ctx, live, b, backupJobName(b))
+	db := r.database(ctx, b)
+	backupJob, err := r.trustedBackupJob(ctx, live, b, db, rec)
 	if err != nil {
 		return cleanupOutcome{}, err
 	}
 	if backupJob != nil && backupJob.DeletionTimestamp == nil && !jobFinished(backupJob) {
 		// A dump still writing would race the removal: stop it first.
-		return cleanupOutcome{requeue: backupJobPoll}, deleteJob(ctx, c, backupJob)
+		return cleanupOutcome{requeue: backupJobPoll}, r.deleteJob(ctx, c, rec.Cluster, backupJob)
 	}
 	if backupJob != nil && backupJob.DeletionTimestamp != nil {
 		return cleanupOutcome{requeue: backupJobPoll}, nil
 	}
 	// A member whose backup never started has no files of it.
 	if backupPolicy(b) == fleetv1alpha1.BackupDeletionDelete && (backupJob != nil || rec.Started != nil) {
-		out, err := r.runCleanupJob(ctx, c, live, b, r.cleanupTemplate(ctx, b, rec.Cluster, backupJob))
+		out, err := r.runCleanupJob(ctx, c, live, b, rec.Cluster, r.cleanupTemplate(b, db, rec.Cluster, backupJob))
 		if err != nil || !out.done {
 			return out, err
 		}
 		if out.left != "" {
-			return out, deleteJob(ctx, c, backupJob)
+			return out, r.deleteJob(ctx, c, rec.Cluster, backupJob)
 		}
 	}
-	return cleanupOutcome{done: true}, deleteJob(ctx, c, backupJob)
+	return cleanupOutcome{done: true}, r.deleteJob(ctx, c, rec.Cluster, backupJob)
 }
 
 // cleanupTemplate is the Job the cleanup Job is made from: the backup Job
-// the Database would get, or, when the Database is gone, the backup Job
-// (as before; nil when neither is left). A backup Job at the hub's name
-// whose pod differs from the rendered one is never the template (untrusted).
-func (r *backupReconciler) cleanupTemplate(ctx context.Context, b *fleetv1alpha1.DatabaseBackup, cluster string, backupJob *batchv1.Job) *batchv1.Job {
-	db := r.database(ctx, b)
+// the Database would get, or, when the Database is gone, the trusted backup
+// Job (nil when neither is left).
+func (r *backupReconciler) cleanupTemplate(b *fleetv1alpha1.DatabaseBackup, db *fleetv1alpha1.Database, cluster string, backupJob *batchv1.Job) *batchv1.Job {
 	if db == nil {
 		return backupJob
 	}
-	return r.renderedJob(db, b, cluster)
+	job, err := r.jobSpec(b, db, cluster).Render(1)
+	if err != nil {
+		return nil
+	}
+	return job
+}
+
+// trustedBackupJob reads the backup Job live: nil when there is none, or
+// when the hub does not trust it: such a Job is never stopped, used as the
+// cleanup's template, or deleted. With the Database, trust is the machine's
+// (memberjob.Spec.Trusted: the hub's name, and the pod it renders now or the
+// one its job ledger holds for that name); without it nothing can be
+// rendered to check against, and only a Job the ledger holds counts (with
+// no ledger: this hub's Job of this backup whose start the member's record holds).
+func (r *backupReconciler) trustedBackupJob(ctx context.Context, live client.Reader, b *fleetv1alpha1.DatabaseBackup, db *fleetv1alpha1.Database,
+	rec fleetv1alpha1.BackupRecord) (*batchv1.Job, error) {
+	job, err := r.ownBackupJob(ctx, live, b, backupJobName(b))
+	if err != nil || job == nil {
+		return nil, err
+	}
+	var trusted bool
+	switch {
+	case db != nil:
+		trusted, err = r.jobSpec(b, db, rec.Cluster).Trusted(ctx, job)
+	case r.opts.Jobs != nil:
+		trusted, err = r.opts.Jobs.Holds(ctx, r.opts.HubID, rec.Cluster, job)
+	default:
+		trusted = rec.Started != nil
+	}
+	if err != nil || !trusted {
+		return nil, err
+	}
+	return job, nil
 }
 
 // runCleanupJob creates the cleanup Job from the backup Job (its image and
 // volumes) and reads it until it succeeded; a failed one is run again.
-func (r *backupReconciler) runCleanupJob(ctx context.Context, c client.Client, live client.Reader, b *fleetv1alpha1.DatabaseBackup,
+func (r *backupReconciler) runCleanupJob(ctx context.Context, c client.Client, live client.Reader, b *fleetv1alpha1.DatabaseBackup, cluster string,
 	backupJob *batchv1.Job) (cleanupOutcome, error) {
 	job, err := r.ownBackupJob(ctx, live, b, backupCleanupJobName(b))
 	if err != nil {
@@ -195,6 +225,9 @@ func (r *backupReconciler) runCleanupJob(ctx context.Context, c client.Client, l
 		if err != nil {
 			return cleanupOutcome{done: true, left: statusmsg.Bound("cannot render the cleanup Job: " + err.Error())}, nil
 		}
+		if err := r.opts.Jobs.Record(ctx, r.opts.HubID, cluster, cj); err != nil {
+			return cleanupOutcome{}, fmt.Errorf("recording the cleanup job: %w", err)
+		}
 		if err := c.Create(ctx, cj, client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
 			return cleanupOutcome{}, fmt.Errorf("creating the cleanup job: %w", err)
 		}
@@ -202,10 +235,10 @@ func (r *backupReconciler) runCleanupJob(ctx context.Context, c client.Client, l
 	case job.DeletionTimestamp != nil:
 		return cleanupOutcome{requeue: backupJobPoll}, nil
 	case memberjob.Succeeded(job):
-		return cleanupOutcome{done: true}, deleteJob(ctx, c, job)
+		return cleanupOutcome{done: true}, r.deleteJob(ctx, c, cluster, job)
 	}
 	if failed, _, why := memberjob.Failed(job); failed {
-		return cleanupOutcome{}, fmt.Errorf("cleanup job %s failed: %s (deleted, run again)", job.Name, why+deleteJobErr(ctx, c, job))
+		return cleanupOutcome{}, fmt.Errorf("cleanup job %s failed: %s (deleted, run again)", job.Name, why+r.deleteJobErr(ctx, c, cluster, job))
 	}
 	return cleanupOutcome{requeue: backupJobPoll}, nil
 }
@@ -231,20 +264,16 @@ func jobFinished(j *batchv1.Job) bool {
 	return failed || memberjob.Succeeded(j)
 }
 
-// deleteJob deletes a Job and its pods; nil and NotFound are done.
-func deleteJob(ctx context.Context, c client.Client, j *batchv1.Job) error {
-	if j == nil || j.DeletionTimestamp != nil {
-		return nil
-	}
-	if err := c.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting job %s: %w", j.Name, err)
-	}
-	return nil
+// deleteJob deletes a Job of this DatabaseBackup in cluster, and its pods,
+// when the hub created it (its job ledger holds it: memberjob.Ledger.Remove;
+// with no ledger, the caller's check stands); nil and NotFound are done.
+func (r *backupReconciler) deleteJob(ctx context.Context, c client.Client, cluster string, j *batchv1.Job) error {
+	return r.opts.Jobs.Remove(ctx, c, r.opts.HubID, cluster, "backup", func(*batchv1.Job) (bool, error) { return true, nil }, j)
 }
 
 // deleteJobErr deletes a failed Job so that it runs again, and says when that failed.
-func deleteJobErr(ctx context.Context, c client.Client, j *batchv1.Job) string {
-	if err := deleteJob(ctx, c, j); err != nil {
+func (r *backupReconciler) deleteJobErr(ctx context.Context, c client.Client, cluster string, j *batchv1.Job) string {
+	if err := r.deleteJob(ctx, c, cluster, j); err != nil {
 		return "; " + err.Error()
 	}
 	return ""

@@ -14,6 +14,7 @@ import (
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
+	"github.com/fleetdb/fleetdb/member"
 )
 
 // backupJobName is the member backup Job of a DatabaseBackup: at most 58
@@ -65,42 +66,41 @@ func (r *backupReconciler) memberClients(ctx context.Context, cluster string) (c
 }
 
 // stepBackup moves one member's record on: create the backup Job when the
-// member's Database is Ready there, then read it until it finished.
+// member's Database is Ready there, then read it until it finished. Only
+// the Job the hub renders counts (memberjob.Spec: its name and its pod).
 func (r *backupReconciler) stepBackup(ctx context.Context, c client.Client, live client.Reader, b *fleetv1alpha1.DatabaseBackup,
 	db *fleetv1alpha1.Database, rec fleetv1alpha1.BackupRecord) (fleetv1alpha1.BackupRecord, time.Duration, error) {
-	var job batchv1.Job
-	err := live.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: backupJobName(b)}, &job)
-	switch {
-	case apierrors.IsNotFound(err):
-		return r.startBackup(ctx, c, b, db, rec)
-	case err != nil:
-		return rec, 0, fmt.Errorf("reading the backup job: %w", err)
+	if db == nil {
+		return r.stepWithoutDatabase(ctx, live, b, rec)
+	}
+	spec := r.jobSpec(b, db, rec.Cluster)
+	st, err := spec.Observe(ctx, live)
+	if err != nil {
+		return rec, 0, err
 	}
 	now := r.stamp()
-	if !ownsBackupJob(&job, b, r.opts.HubID) {
-		rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, &now
-		rec.Message = "a Job named " + job.Name + " exists in the member and is not this backup's"
+	switch st.Phase {
+	case memberjob.PhaseNone:
+		return r.startBackup(ctx, c, live, spec, b, db, rec)
+	case memberjob.PhaseUntrusted:
+		rec.Phase, rec.Finished, rec.Message = fleetv1alpha1.BackupPhaseFailed, &now, statusmsg.Bound(spec.UntrustedMessage(st.Job))
 		return rec, 0, nil
 	}
-	if why := r.untrusted(&job, b, db, rec.Cluster); why != "" {
-		rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, &now
-		rec.Message = statusmsg.Bound(why)
-		return rec, 0, nil
-	}
+	job := st.Job
 	if rec.Started == nil {
 		rec.Started = job.CreationTimestamp.DeepCopy()
 	}
 	rec.Phase = fleetv1alpha1.BackupPhaseRunning
-	if failed, _, why := memberjob.Failed(&job); failed {
+	switch st.Phase {
+	case memberjob.PhaseFailed:
 		rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, &now
-		rec.Message = statusmsg.Bound("backup Job " + job.Name + " failed: " + why)
+		rec.Message = statusmsg.Bound("backup Job " + job.Name + " failed: " + st.Why)
 		return rec, 0, nil
-	}
-	if !memberjob.Succeeded(&job) {
+	case memberjob.PhaseRunning:
 		rec.Message = "backup Job " + job.Name + " running"
 		return rec, backupJobPoll, nil
 	}
-	loc, size, err := backupLocation(ctx, live, b, db, &job)
+	loc, size, err := backupLocation(ctx, live, b, db, job)
 	if err != nil {
 		return rec, 0, err
 	}
@@ -112,9 +112,32 @@ func (r *backupReconciler) stepBackup(ctx context.Context, c client.Client, live
 	return rec, 0, nil
 }
 
+// stepWithoutDatabase: without the Database nothing can be rendered to
+// check a Job against, so no Job is trusted (data safety: no backup is
+// recorded that the hub cannot vouch for) and none is started.
+func (r *backupReconciler) stepWithoutDatabase(ctx context.Context, live client.Reader, b *fleetv1alpha1.DatabaseBackup,
+	rec fleetv1alpha1.BackupRecord) (fleetv1alpha1.BackupRecord, time.Duration, error) {
+	var job batchv1.Job
+	err := live.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: backupJobName(b)}, &job)
+	now := r.stamp()
+	rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, &now
+	switch {
+	case err == nil:
+		rec.Message = "the Database is gone: Job " + job.Name + " cannot be checked against the backup Job the hub runs; not trusted"
+	case !apierrors.IsNotFound(err):
+		return rec, 0, fmt.Errorf("reading the backup job: %w", err)
+	case rec.Started != nil:
+		// It ran: a Job that is gone now (removed by hand) cannot say how it went.
+		rec.Message = "the backup Job was removed before its result was read"
+	default:
+		rec.Message = "the Database is gone"
+	}
+	return rec, 0, nil
+}
+
 // startBackup creates the member's backup Job (and the backup volume claim
 // when missing) once the Database is Ready in the member.
-func (r *backupReconciler) startBackup(ctx context.Context, c client.Client, b *fleetv1alpha1.DatabaseBackup,
+func (r *backupReconciler) startBackup(ctx context.Context, c client.Client, live client.Reader, spec *memberjob.Spec, b *fleetv1alpha1.DatabaseBackup,
 	db *fleetv1alpha1.Database, rec fleetv1alpha1.BackupRecord) (fleetv1alpha1.BackupRecord, time.Duration, error) {
 	now := r.stamp()
 	if rec.Started != nil {
@@ -123,26 +146,30 @@ func (r *backupReconciler) startBackup(ctx context.Context, c client.Client, b *
 		rec.Message = "the backup Job was removed before its result was read"
 		return rec, 0, nil
 	}
-	if db == nil {
-		rec.Phase, rec.Finished, rec.Message = fleetv1alpha1.BackupPhaseFailed, &now, "the Database is gone"
-		return rec, 0, nil
-	}
 	if msg := memberNotReady(db, rec.Cluster); msg != "" {
 		rec.Message = msg
 		return rec, backupWaitPoll, nil
 	}
-	objs, err := renderBackup(db, b, rec.Cluster, r.opts)
+	pvc, err := member.BackupVolumeClaim(db, r.opts.HubID)
+	if err == nil {
+		_, err = spec.Render(1)
+	}
 	if err != nil {
 		rec.Phase, rec.Finished, rec.Message = fleetv1alpha1.BackupPhaseFailed, &now, statusmsg.Bound("rendering the backup Job: "+err.Error())
 		return rec, 0, nil
 	}
-	for _, obj := range objs {
-		if err := c.Create(ctx, obj, client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
-			return rec, 0, fmt.Errorf("creating %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
-		}
+	if err := c.Create(ctx, pvc, client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
+		return rec, 0, fmt.Errorf("creating PersistentVolumeClaim %s: %w", pvc.Name, err)
 	}
-	ctrl.LoggerFrom(ctx).Info("started a backup job", "cluster", rec.Cluster, "job", backupJobName(b))
-	rec.Phase, rec.Started, rec.Message = fleetv1alpha1.BackupPhaseRunning, &now, "backup Job "+backupJobName(b)+" running"
+	st, err := spec.Start(ctx, c, live, 1)
+	if err != nil {
+		return rec, 0, err
+	}
+	if st.Phase == memberjob.PhaseUntrusted {
+		rec.Phase, rec.Finished, rec.Message = fleetv1alpha1.BackupPhaseFailed, &now, statusmsg.Bound(spec.UntrustedMessage(st.Job))
+		return rec, 0, nil
+	}
+	rec.Phase, rec.Started, rec.Message = fleetv1alpha1.BackupPhaseRunning, &now, "backup Job "+st.Job.Name+" running"
 	return rec, backupJobPoll, nil
 }
 

@@ -32,53 +32,21 @@ func ownsBackupJob(j *batchv1.Job, b *fleetv1alpha1.DatabaseBackup, hubID string
 		j.Labels[fleetv1alpha1.LabelBackupKind] == fleetv1alpha1.BackupKindOnDemand
 }
 
-// untrusted says why job, which carries this DatabaseBackup's name and
-// labels, is not taken as its backup ("" when it is): its pod must run what
-// the hub renders for it (memberjob.SamePod), the check the final backup
-// makes too. Without the Database nothing can be rendered to check against:
-// the Job is not trusted (data safety: no backup is recorded that the hub
-// cannot vouch for).
-func (r *backupReconciler) untrusted(job *batchv1.Job, b *fleetv1alpha1.DatabaseBackup, db *fleetv1alpha1.Database, cluster string) string {
-	if db != nil {
-		if want := r.renderedJob(db, b, cluster); want != nil && memberjob.SamePod(job, want) {
-			return ""
-		}
-		return "Job " + job.Name + " in the member carries this backup's name and labels but is not the backup Job the hub runs " +
-			"(its pod differs): not trusted"
+// jobSpec is the backup Job machine of b in cluster: one attempt, at
+// backupJobName, running the pod the hub renders for it (memberjob.SamePod,
+// the check the final backup makes too).
+func (r *backupReconciler) jobSpec(b *fleetv1alpha1.DatabaseBackup, db *fleetv1alpha1.Database, cluster string) *memberjob.Spec {
+	return &memberjob.Spec{
+		What: "backup", Namespace: b.Namespace, Labels: backupJobLabels(b, r.opts.HubID), HubID: r.opts.HubID,
+		AttemptKey: fleetv1alpha1.AnnotationBackupAttempt, Cluster: cluster, Ledger: r.opts.Jobs,
+		Render: func(int) (*batchv1.Job, error) {
+			return member.BackupJob(member.BackupParams{
+				Database: db, Cluster: cluster, Kind: fleetv1alpha1.BackupKindOnDemand, ID: backupID(b), Attempt: 1,
+				JobName: backupJobName(b), HubID: r.opts.HubID, ImageRepository: r.opts.ImageRepository,
+				Labels: map[string]string{fleetv1alpha1.LabelInstance: b.Name},
+			})
+		},
 	}
-	return "the Database is gone: Job " + job.Name + " cannot be checked against the backup Job the hub runs; not trusted"
-}
-
-// renderedJob is the backup Job the hub renders for b in cluster (nil when it cannot be rendered).
-func (r *backupReconciler) renderedJob(db *fleetv1alpha1.Database, b *fleetv1alpha1.DatabaseBackup, cluster string) *batchv1.Job {
-	objs, err := renderBackup(db, b, cluster, r.opts)
-	if err != nil {
-		return nil
-	}
-	for _, obj := range objs {
-		if j, ok := obj.(*batchv1.Job); ok {
-			return j
-		}
-	}
-	return nil
-}
-
-// renderBackup renders the member's backup volume claim (created when
-// missing, never updated) and the DatabaseBackup's backup Job there.
-func renderBackup(db *fleetv1alpha1.Database, b *fleetv1alpha1.DatabaseBackup, cluster string, opts Options) ([]client.Object, error) {
-	pvc, err := member.BackupVolumeClaim(db, opts.HubID)
-	if err != nil {
-		return nil, err
-	}
-	job, err := member.BackupJob(member.BackupParams{
-		Database: db, Cluster: cluster, Kind: fleetv1alpha1.BackupKindOnDemand, ID: backupID(b), Attempt: 1,
-		JobName: backupJobName(b), HubID: opts.HubID, ImageRepository: opts.ImageRepository,
-		Labels: map[string]string{fleetv1alpha1.LabelInstance: b.Name},
-	})
-	if err != nil {
-		return nil, err
-	}
-	return []client.Object{pvc, job}, nil
 }
 
 // renderCleanup renders the cleanup Job from the backup Job.

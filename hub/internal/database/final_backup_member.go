@@ -73,17 +73,14 @@ func (r *memberSyncReconciler) finalBackup(ctx context.Context, c client.Client,
 		}
 		return finalBackupStep{record: &rec, jobs: true}, nil
 	}
-	jobs, err := finalBackupJobs(ctx, live, fb.db, r.opts.HubID)
-	if err != nil {
+	st, err := r.finalBackupSpec(cluster, fb, fb.id).Observe(ctx, live)
+	switch {
+	case err != nil:
 		return finalBackupStep{}, err
-	}
-	for _, j := range jobs {
-		if !r.trustedBackupJob(j, fb.db, cluster) {
-			return untrustedBackupJob(cluster, fb, j), nil
-		}
-	}
-	if len(jobs) > 0 {
-		return r.followFinalBackup(ctx, c, live, cluster, fb, jobs)
+	case st.Phase == memberjob.PhaseUntrusted:
+		return r.untrustedBackupJob(cluster, fb, st.Job), nil
+	case st.Phase != memberjob.PhaseNone:
+		return r.followFinalBackup(ctx, c, live, cluster, fb, st)
 	}
 	if prev != nil && (prev.Phase == fleetv1alpha1.BackupPhaseSucceeded || prev.Phase == fleetv1alpha1.BackupPhaseSkipped) {
 		return finalBackupStep{record: prev}, nil // taken (or nothing to take) before; its Job is gone
@@ -116,22 +113,21 @@ func (r *memberSyncReconciler) finalBackup(ctx context.Context, c client.Client,
 	return r.startFinalBackup(ctx, c, live, cluster, fb, fb.id, 1, nil)
 }
 
-// followFinalBackup reads the latest attempt (jobs are sorted by attempt).
+// followFinalBackup reads the latest attempt (st.Jobs are sorted by attempt).
 func (r *memberSyncReconciler) followFinalBackup(ctx context.Context, c client.Client, live client.Reader, cluster string, fb *finalBackupPlan,
-	jobs []*batchv1.Job) (finalBackupStep, error) {
-	latest := jobs[len(jobs)-1]
-	id, attempt := latest.Labels[fleetv1alpha1.LabelBackupID], backupAttempt(latest)
+	st memberjob.Status) (finalBackupStep, error) {
+	latest, jobs, attempt := st.Job, st.Jobs, st.Attempt
+	id := latest.Labels[fleetv1alpha1.LabelBackupID]
 	rec := fleetv1alpha1.BackupRecord{Cluster: cluster, BackupID: id, Location: member.BackupLocation(fb.db, id), Started: ptrTo(latest.CreationTimestamp)}
-	if memberjob.Succeeded(latest) {
+	switch st.Phase {
+	case memberjob.PhaseSucceeded:
 		rec.Phase = fleetv1alpha1.BackupPhaseSucceeded
 		rec.Finished = latest.Status.CompletionTime
 		if dump, _ := r.backupResult(ctx, live, latest); dump != nil && dump.SizeBytes > 0 {
 			rec.SizeBytes = ptrTo(dump.SizeBytes)
 		}
 		return finalBackupStep{record: &rec, jobs: true}, nil
-	}
-	failed, at, why := memberjob.Failed(latest)
-	if !failed {
+	case memberjob.PhaseRunning:
 		// Running: a previous attempt's failure stays in the record.
 		rec.Phase, rec.Message = fleetv1alpha1.BackupPhaseRunning, fmt.Sprintf("attempt %d running", attempt)
 		if len(jobs) > 1 {
@@ -144,17 +140,17 @@ func (r *memberSyncReconciler) followFinalBackup(ctx context.Context, c client.C
 		return finalBackupStep{record: &rec, hold: true, waiting: "waiting for the final backup (Job " + latest.Name + ")",
 			requeue: min(max(age/10, finalBackupPollMin), finalBackupPollMax), jobs: true}, nil
 	}
-	rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, ptrTo(metav1.NewTime(at))
-	rec.Message = fmt.Sprintf("attempt %d failed: %s", attempt, r.failureWhy(ctx, live, latest, why))
+	rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, ptrTo(metav1.NewTime(st.FailedAt))
+	rec.Message = fmt.Sprintf("attempt %d failed: %s", attempt, r.failureWhy(ctx, live, latest, st.Why))
 	if fb.policy == fleetv1alpha1.FinalBackupBestEffort {
 		return finalBackupStep{record: &rec, jobs: true}, nil
 	}
-	if wait := finalBackupBackoff(attempt) - time.Since(at); wait > 0 {
-		return finalBackupStep{record: &rec, hold: true, requeue: wait, jobs: true,
+	if st.Wait > 0 {
+		return finalBackupStep{record: &rec, hold: true, requeue: st.Wait, jobs: true,
 			waiting: "the final backup failed (Required): nothing is deleted here until it succeeds or spec.backup.finalBackup allows it"}, nil
 	}
 	// Retry: a new attempt of the same backup; older failures beyond the last two go.
-	if err := deleteJobs(ctx, c, jobs[:max(0, len(jobs)-finalBackupJobsKept+1)]); err != nil {
+	if err := r.finalBackupSpec(cluster, fb, id).Remove(ctx, c, jobs[:max(0, len(jobs)-finalBackupJobsKept+1)]...); err != nil {
 		return finalBackupStep{}, err
 	}
 	return r.startFinalBackup(ctx, c, live, cluster, fb, id, attempt+1, &rec)
@@ -162,34 +158,19 @@ func (r *memberSyncReconciler) followFinalBackup(ctx context.Context, c client.C
 
 // startFinalBackup makes sure of the backup volume claim and creates the
 // backup Job's attempt; failed, when not nil, is the previous attempt's record.
+// A Job already at that name that the hub does not trust is not taken for the backup.
 func (r *memberSyncReconciler) startFinalBackup(ctx context.Context, c client.Client, live client.Reader, cluster string, fb *finalBackupPlan,
 	id string, attempt int, failed *fleetv1alpha1.BackupRecord) (finalBackupStep, error) {
 	if err := r.ensureBackupClaim(ctx, c, live, fb.db); err != nil {
 		return finalBackupStep{}, err
 	}
-	job, err := member.BackupJob(member.BackupParams{
-		Database: fb.db, Cluster: cluster, Kind: fleetv1alpha1.BackupKindFinal, ID: id, Attempt: attempt,
-		HubID: r.opts.HubID, ImageRepository: r.opts.ImageRepository,
-	})
-	if err != nil {
-		return finalBackupStep{}, fmt.Errorf("rendering the final backup job: %w", err)
+	st, err := r.finalBackupSpec(cluster, fb, id).Start(ctx, c, live, attempt)
+	switch {
+	case err != nil:
+		return finalBackupStep{}, err
+	case st.Phase == memberjob.PhaseUntrusted:
+		return r.untrustedBackupJob(cluster, fb, st.Job), nil
 	}
-	// A Job already at that name that is not the hub's (it carries none of
-	// the labels that list the hub's) is not taken for the backup.
-	var cur batchv1.Job
-	switch err := live.Get(ctx, client.ObjectKeyFromObject(job), &cur); {
-	case err == nil:
-		if !r.trustedBackupJob(&cur, fb.db, cluster) {
-			return untrustedBackupJob(cluster, fb, &cur), nil
-		}
-	case !apierrors.IsNotFound(err):
-		return finalBackupStep{}, fmt.Errorf("reading the final backup job: %w", err)
-	default:
-		if err := c.Create(ctx, job, client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil {
-			return finalBackupStep{}, fmt.Errorf("creating the final backup job: %w", err)
-		}
-	}
-	ctrl.LoggerFrom(ctx).Info("started a final backup job", "job", job.Name, "attempt", attempt)
 	now := metav1.Now()
 	rec := fleetv1alpha1.BackupRecord{Cluster: cluster, Phase: fleetv1alpha1.BackupPhaseRunning, BackupID: id,
 		Location: member.BackupLocation(fb.db, id), Started: &now, Message: fmt.Sprintf("attempt %d running", attempt)}
@@ -199,7 +180,7 @@ func (r *memberSyncReconciler) startFinalBackup(ctx context.Context, c client.Cl
 			fmt.Sprintf("; attempt %d running", attempt)
 	}
 	return finalBackupStep{record: &rec, hold: true, requeue: finalBackupPollMin, jobs: true,
-		waiting: "waiting for the final backup (Job " + job.Name + ")"}, nil
+		waiting: "waiting for the final backup (Job " + st.Job.Name + ")"}, nil
 }
 
 // ensureBackupClaim creates the backup volume claim when it is missing. A
@@ -259,24 +240,16 @@ func (r *memberSyncReconciler) failureWhy(ctx context.Context, live client.Reade
 	return statusmsg.Truncate(jobWhy+" (Job "+job.Name+")", backupWhyMax)
 }
 
-// removeFinalBackupJobs deletes this hub's final backup Jobs of the Database
-// (their pods go with them) once its teardown in the member is done. The
-// backup volume claim stays.
-func (r *memberSyncReconciler) removeFinalBackupJobs(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database) error {
-	jobs, err := finalBackupJobs(ctx, live, db, r.opts.HubID)
+// removeFinalBackupJobs deletes the final backup Jobs of the Database the
+// hub created (their pods go with them) once its teardown in the member is
+// done: memberjob.Spec.Remove, never a Job that only carries their names
+// and labels. The backup volume claim stays.
+func (r *memberSyncReconciler) removeFinalBackupJobs(ctx context.Context, c client.Client, live client.Reader, cluster string, fb *finalBackupPlan) error {
+	jobs, err := finalBackupJobs(ctx, live, fb.db, r.opts.HubID)
 	if err != nil {
 		return err
 	}
-	return deleteJobs(ctx, c, jobs)
-}
-
-func deleteJobs(ctx context.Context, c client.Client, jobs []*batchv1.Job) error {
-	for _, j := range jobs {
-		if err := c.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting backup job %s: %w", j.Name, err)
-		}
-	}
-	return nil
+	return r.finalBackupSpec(cluster, fb, fb.id).Remove(ctx, c, jobs...)
 }
 
 // finalBackupJobs lists this hub's final backup Jobs of the Database in the
@@ -294,11 +267,6 @@ func finalBackupJobs(ctx context.Context, live client.Reader, db *fleetv1alpha1.
 
 func backupAttempt(j *batchv1.Job) int {
 	return memberjob.AttemptOf(j, fleetv1alpha1.AnnotationBackupAttempt)
-}
-
-// finalBackupBackoff is the wait after the given failed attempt.
-func finalBackupBackoff(attempt int) time.Duration {
-	return memberjob.Backoff(attempt, finalBackupRetryBase, finalBackupRetryMax)
 }
 
 // backupRecordFor is the record of cluster in records (nil: none).

@@ -46,32 +46,42 @@ func thisDatabaseJobs(db *fleetv1alpha1.Database, jobs []*batchv1.Job) []*batchv
 	})
 }
 
-// trustedBackupJob: job is the final backup Job the hub renders for db in cluster.
-func (r *memberSyncReconciler) trustedBackupJob(job *batchv1.Job, db *fleetv1alpha1.Database, cluster string) bool {
-	id, attempt := job.Labels[fleetv1alpha1.LabelBackupID], backupAttempt(job)
-	if !ownsBackupID(db, id) || job.Name != member.BackupJobName(db.Name, id, attempt) {
-		return false
+// finalBackupSpec is the final backup Job machine of fb's Database in
+// cluster, starting attempts of backup id. A listed Job is checked against
+// what the hub renders for its own id and attempt (a Job of another
+// Database's id is none of the hub's: ignored).
+func (r *memberSyncReconciler) finalBackupSpec(cluster string, fb *finalBackupPlan, id string) *memberjob.Spec {
+	render := func(id string, attempt int) (*batchv1.Job, error) {
+		return member.BackupJob(member.BackupParams{
+			Database: fb.db, Cluster: cluster, Kind: fleetv1alpha1.BackupKindFinal, ID: id, Attempt: attempt,
+			HubID: r.opts.HubID, ImageRepository: r.opts.ImageRepository,
+		})
 	}
-	want, err := member.BackupJob(member.BackupParams{
-		Database: db, Cluster: cluster, Kind: fleetv1alpha1.BackupKindFinal, ID: id, Attempt: attempt,
-		HubID: r.opts.HubID, ImageRepository: r.opts.ImageRepository,
-	})
-	if err != nil {
-		return false
+	labels := member.BackupObjectLabels(fb.db, r.opts.HubID)
+	labels[fleetv1alpha1.LabelBackupKind] = fleetv1alpha1.BackupKindFinal
+	return &memberjob.Spec{
+		What: "final backup", Namespace: fb.db.Namespace, Labels: labels, HubID: r.opts.HubID,
+		AttemptKey: fleetv1alpha1.AnnotationBackupAttempt, Base: finalBackupRetryBase, Limit: finalBackupRetryMax, Cluster: cluster, Ledger: r.jobs,
+		Render: func(attempt int) (*batchv1.Job, error) { return render(id, attempt) },
+		RenderFor: func(j *batchv1.Job) (*batchv1.Job, error) {
+			jid := j.Labels[fleetv1alpha1.LabelBackupID]
+			if !ownsBackupID(fb.db, jid) {
+				return nil, fmt.Errorf("backup id %q is not this Database's", jid)
+			}
+			return render(jid, backupAttempt(j))
+		},
 	}
-	return memberjob.SamePod(job, want)
 }
 
 // untrustedBackupJob is the step of a member where a Job of this
 // Database's backup is not the one the hub runs: Required holds (nothing is
 // deleted), BestEffort records it as a failed backup and goes on.
-func untrustedBackupJob(cluster string, fb *finalBackupPlan, job *batchv1.Job) finalBackupStep {
+func (r *memberSyncReconciler) untrustedBackupJob(cluster string, fb *finalBackupPlan, job *batchv1.Job) finalBackupStep {
 	id := job.Labels[fleetv1alpha1.LabelBackupID]
 	if !ownsBackupID(fb.db, id) {
 		id = fb.id
 	}
-	msg := fmt.Sprintf("Job %s in the member carries this backup's name or labels but is not the backup Job the hub runs "+
-		"(its pod differs): not trusted; delete it and the hub runs its own", job.Name)
+	msg := r.finalBackupSpec(cluster, fb, id).UntrustedMessage(job)
 	rec := &fleetv1alpha1.BackupRecord{Cluster: cluster, Phase: fleetv1alpha1.BackupPhaseFailed, BackupID: id,
 		Location: member.BackupLocation(fb.db, id), Message: statusmsg.Bound(msg)}
 	if fb.policy == fleetv1alpha1.FinalBackupBestEffort {

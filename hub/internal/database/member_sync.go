@@ -20,6 +20,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
 	"github.com/fleetdb/fleetdb/hub/internal/topology"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
@@ -55,6 +56,8 @@ type memberSyncReconciler struct {
 	watches *backendWatches
 	// shard is the sharded hub's runtime; nil without --sharding.
 	shard *shardRuntime
+	// jobs is the hub's record of the Jobs it creates in members (nil in unit tests).
+	jobs *memberjob.Ledger
 }
 
 // Reconcile is the envelope of one member sync: the per-member slot, the
@@ -257,7 +260,7 @@ func (r *memberSyncReconciler) syncWorkload(ctx context.Context, c client.Client
 // restore's part before the apply.
 func (r *memberSyncReconciler) memberPrepare(ctx context.Context, s *memberScope) bool {
 	var err error
-	if s.rot, err = r.prepareRotation(ctx, s.c, s.live, s.db, s.p); err == nil {
+	if s.rot, err = r.prepareRotation(ctx, s.c, s.live, s.cluster, s.db, s.p); err == nil {
 		s.rest, err = r.prepareRestore(ctx, s.c, s.live, s.db, s.cluster)
 	}
 	if err != nil {
@@ -287,7 +290,7 @@ func (r *memberSyncReconciler) memberApply(ctx context.Context, s *memberScope) 
 // memberFinishRotation runs the member's rotation Job and says when to look
 // again; memberObserve puts its report on the result.
 func (r *memberSyncReconciler) memberFinishRotation(ctx context.Context, s *memberScope) bool {
-	report, requeue, err := r.finishRotation(ctx, s.c, s.cluster, s.db, s.p, s.rot, s.wrote)
+	report, requeue, err := r.finishRotation(ctx, s.c, s.live, s.cluster, s.db, s.p, s.rot, s.wrote)
 	if err != nil {
 		s.out = r.stepFailed(s.key, s.cluster, errReasonApply, err)
 		s.out.applied = s.applied
@@ -312,15 +315,15 @@ func (r *memberSyncReconciler) memberObserve(ctx context.Context, s *memberScope
 // memberRestore runs the member's part of spec.restoreFrom after the
 // observation and puts its report on the result.
 func (r *memberSyncReconciler) memberRestore(ctx context.Context, s *memberScope) bool {
-	s.out = r.restoreStep(ctx, s.c, s.key, s.cluster, s.db, s.rest, s.out)
+	s.out = r.restoreStep(ctx, s.c, s.live, s.key, s.cluster, s.db, s.rest, s.out)
 	return true
 }
 
 // restoreStep runs the member's part of spec.restoreFrom after the
 // observation and puts its report on the result.
-func (r *memberSyncReconciler) restoreStep(ctx context.Context, c client.Client, key types.NamespacedName, cluster string,
+func (r *memberSyncReconciler) restoreStep(ctx context.Context, c client.Client, live client.Reader, key types.NamespacedName, cluster string,
 	db *fleetv1alpha1.Database, rest *memberRestore, out syncOutcome) syncOutcome {
-	rep, after, err := r.finishRestore(ctx, c, db, cluster, rest, out.result.Status)
+	rep, after, err := r.finishRestore(ctx, c, live, db, cluster, rest, out.result.Status)
 	if err != nil {
 		failed := r.stepFailed(key, cluster, errReasonApply, err)
 		failed.applied = out.applied
@@ -375,7 +378,7 @@ func (r *memberSyncReconciler) teardown(ctx context.Context, c client.Client, li
 	}
 	if fb.jobs {
 		// The result is recorded: the backup Jobs go, the volume claim stays.
-		if err := r.removeFinalBackupJobs(ctx, c, live, p.finalBackup.db); err != nil {
+		if err := r.removeFinalBackupJobs(ctx, c, live, cluster, p.finalBackup); err != nil {
 			return failedOutcome(errReasonTeardown, err, &memberResult{Status: deletingStatus(cluster, "removing the final backup jobs: "+err.Error()), FinalBackup: fb.record})
 		}
 	}

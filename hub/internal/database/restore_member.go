@@ -3,7 +3,6 @@ package database
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -12,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -58,8 +56,8 @@ type memberRestore struct {
 	// marker is the AnnotationRestored value the member Secret keeps.
 	marker string
 	report restoreReport
-	// jobs are this hub's restore Jobs of the Database, oldest attempt first.
-	jobs []*batchv1.Job
+	// job is where this hub's restore Jobs of the Database stand.
+	job memberjob.Status
 }
 
 // restoreMarker is the AnnotationRestored value of a Database's restore.
@@ -112,20 +110,20 @@ func (r *memberSyncReconciler) prepareRestore(ctx context.Context, c client.Clie
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("reading the client service: %w", err)
 	}
-	jobs, err := restoreJobs(ctx, live, db, r.opts.HubID)
-	if err != nil {
+	src, err := r.restoreBackup(ctx, db)
+	if err != nil || src == nil {
+		// Without the DatabaseBackup there is nothing to check a Job against: none counts.
+		return mr, err
+	}
+	if mr.job, err = r.restoreJobSpec(db, cluster, src, nil).Observe(ctx, live); err != nil {
 		return nil, err
 	}
-	if jobs, err = r.trustedRestoreJobs(ctx, db, cluster, jobs); err != nil {
-		return nil, err
-	}
-	mr.jobs = jobs
-	if n := len(jobs); n > 0 && memberjob.Succeeded(jobs[n-1]) {
-		mr.report.Started = jobs[n-1].CreationTimestamp.Unix()
-		if t := jobs[n-1].Status.CompletionTime; t != nil {
+	if mr.job.Phase == memberjob.PhaseSucceeded {
+		mr.report.Started = mr.job.Job.CreationTimestamp.Unix()
+		if t := mr.job.Job.Status.CompletionTime; t != nil {
 			mr.report.Finished = t.Unix()
 		}
-		return done("restored by Job " + jobs[n-1].Name)
+		return done("restored by Job " + mr.job.Job.Name)
 	}
 	return mr, nil
 }
@@ -161,7 +159,7 @@ func restoreObjects(objs []client.Object, db *fleetv1alpha1.Database, mr *member
 // finishRestore runs after the apply and the observation: it resolves the
 // DatabaseBackup, runs the restore Job once the instance is ready, retries
 // a failed one with backoff, and returns the report and when to look again.
-func (r *memberSyncReconciler) finishRestore(ctx context.Context, c client.Client, db *fleetv1alpha1.Database, cluster string,
+func (r *memberSyncReconciler) finishRestore(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database, cluster string,
 	mr *memberRestore, observed fleetv1alpha1.ClusterStatus) (restoreReport, time.Duration, error) {
 	rep := mr.report
 	if !mr.active || mr.done {
@@ -173,21 +171,22 @@ func (r *memberSyncReconciler) finishRestore(ctx context.Context, c client.Clien
 		return rep, wait.after, err
 	}
 	rep.Reason, rep.Phase = fleetv1alpha1.ReasonRestoring, fleetv1alpha1.BackupPhaseRunning
-	attempt := 1
-	if n := len(mr.jobs); n > 0 {
-		last := mr.jobs[n-1]
-		rep.Started = last.CreationTimestamp.Unix()
-		failed, at, why := memberjob.Failed(last)
-		if !failed {
-			rep.Message = "restore Job " + last.Name + " running"
-			return rep, restoreJobPoll, nil
+	st := mr.job
+	if st.Job != nil && st.Phase != memberjob.PhaseUntrusted {
+		rep.Started = st.Job.CreationTimestamp.Unix()
+	}
+	switch st.Phase {
+	case memberjob.PhaseUntrusted:
+		return untrustedRestore(rep, r.restoreJobSpec(db, cluster, src, nil), st.Job), restoreBackupPoll, nil
+	case memberjob.PhaseRunning:
+		rep.Message = "restore Job " + st.Job.Name + " running"
+		return rep, restoreJobPoll, nil
+	case memberjob.PhaseFailed:
+		rep.Phase, rep.Reason, rep.Finished = fleetv1alpha1.BackupPhaseFailed, fleetv1alpha1.ReasonRestoreFailed, st.FailedAt.Unix()
+		rep.Message = statusmsg.Bound("restore Job " + st.Job.Name + " failed (retried with backoff): " + st.Why)
+		if st.Wait > 0 {
+			return rep, st.Wait, nil
 		}
-		rep.Phase, rep.Reason, rep.Finished = fleetv1alpha1.BackupPhaseFailed, fleetv1alpha1.ReasonRestoreFailed, at.Unix()
-		rep.Message = statusmsg.Bound("restore Job " + last.Name + " failed (retried with backoff): " + why)
-		if wait := time.Until(at.Add(rotationBackoff(restoreAttempt(last)))); wait > 0 {
-			return rep, wait, nil
-		}
-		attempt = restoreAttempt(last) + 1
 	}
 	if !instanceReady(observed) {
 		// The workload's own events wake the sync; the poll (cached reads
@@ -200,21 +199,28 @@ func (r *memberSyncReconciler) finishRestore(ctx context.Context, c client.Clien
 		rep.Phase, rep.Message = fleetv1alpha1.BackupPhasePending, "waiting for the workload before the restore"
 		return rep, restoreJobPoll, err
 	}
-	job, err := member.RestoreJob(member.RestoreParams{
-		Database: db, Cluster: cluster, SourceDatabase: src.Spec.DatabaseName, BackupID: src.BackupID(), Attempt: attempt,
-		HubID: r.opts.HubID, ImageRepository: r.opts.ImageRepository, Owner: owner,
-	})
+	spec := r.restoreJobSpec(db, cluster, src, owner)
+	started, err := spec.Start(ctx, c, live, st.Next)
 	if err != nil {
-		return rep, 0, fmt.Errorf("rendering the restore job: %w", err)
+		return rep, 0, err
 	}
-	if err := c.Create(ctx, job, client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
-		return rep, 0, fmt.Errorf("creating the restore job: %w", err)
+	if started.Phase == memberjob.PhaseUntrusted {
+		return untrustedRestore(rep, spec, started.Job), restoreBackupPoll, nil
 	}
-	ctrl.LoggerFrom(ctx).Info("started a restore job", "job", job.Name, "attempt", attempt)
 	if rep.Phase != fleetv1alpha1.BackupPhaseFailed {
-		rep.Message, rep.Started = "restore Job "+job.Name+" running", time.Now().Unix()
+		rep.Message, rep.Started = "restore Job "+started.Job.Name+" running", time.Now().Unix()
 	}
 	return rep, restoreJobPoll, nil
+}
+
+// untrustedRestore is the report of a member where a Job at the hub's
+// restore Job name (or with its labels at an attempt's name) does not run
+// the pod the hub renders: it is not taken as the restore, not deleted,
+// and the member is not restored until the user deletes it.
+func untrustedRestore(rep restoreReport, spec *memberjob.Spec, job *batchv1.Job) restoreReport {
+	rep.Phase, rep.Reason, rep.Finished = fleetv1alpha1.BackupPhaseFailed, fleetv1alpha1.ReasonRestoreFailed, 0
+	rep.Message = statusmsg.Bound(spec.UntrustedMessage(job))
+	return rep
 }
 
 // restoreWait says why a member waits for its backup.
@@ -236,12 +242,12 @@ func (r *memberSyncReconciler) restoreSource(ctx context.Context, db *fleetv1alp
 	if rf.FromCluster != "" && rf.FromCluster != cluster {
 		return nil, unusable(fmt.Sprintf("spec.restoreFrom.fromCluster is %s: this member cannot read a backup on another member's volume", rf.FromCluster)), nil
 	}
-	b := &fleetv1alpha1.DatabaseBackup{}
-	if err := r.hub.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: rf.BackupName}, b); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, restoreWait{reason: fleetv1alpha1.ReasonWaitingForBackup, message: "waiting for DatabaseBackup " + rf.BackupName, after: restoreBackupPoll}, nil
-		}
-		return nil, restoreWait{}, fmt.Errorf("reading the database backup: %w", err)
+	b, err := r.restoreBackup(ctx, db)
+	switch {
+	case err != nil:
+		return nil, restoreWait{}, err
+	case b == nil:
+		return nil, restoreWait{reason: fleetv1alpha1.ReasonWaitingForBackup, message: "waiting for DatabaseBackup " + rf.BackupName, after: restoreBackupPoll}, nil
 	}
 	rec := b.Record(cluster)
 	switch {
@@ -294,22 +300,28 @@ func (r *memberSyncReconciler) restoreOwner(ctx context.Context, c client.Client
 	return &metav1.OwnerReference{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: "StatefulSet", Name: sts.Name, UID: sts.UID}, nil
 }
 
-// restoreJobs lists this hub's restore Jobs of the Database, oldest attempt first.
-func restoreJobs(ctx context.Context, live client.Reader, db *fleetv1alpha1.Database, hubID string) ([]*batchv1.Job, error) {
-	return memberjob.List(ctx, live, db.Namespace, member.RestoreJobLabels(db), hubID, fleetv1alpha1.AnnotationRestoreAttempt, "restore")
-}
-
-// trustedRestoreJobs keeps the restore Jobs the hub renders for db in
-// cluster: named as the hub names their attempt, and running the pod the
-// hub renders for it (memberjob.SamePod, the final backup's check). A Job
+// restoreJobSpec is the restore Job machine of db in cluster, restoring
+// src; owner (nil to observe) is the Job's owner reference. A Job counts
+// only when it is the one the hub renders (memberjob.Spec.Trusted): one
 // that only carries the restore's labels and the hub identity (anyone who
 // may create Jobs in the namespace can copy them) is never taken as the
-// restore's result, nor as a failed attempt. Without the DatabaseBackup
-// there is nothing to check against: none is kept.
-func (r *memberSyncReconciler) trustedRestoreJobs(ctx context.Context, db *fleetv1alpha1.Database, cluster string, jobs []*batchv1.Job) ([]*batchv1.Job, error) {
-	if len(jobs) == 0 {
-		return jobs, nil
+// restore's result, nor as a failed attempt.
+func (r *memberSyncReconciler) restoreJobSpec(db *fleetv1alpha1.Database, cluster string, src *fleetv1alpha1.DatabaseBackup,
+	owner *metav1.OwnerReference) *memberjob.Spec {
+	return &memberjob.Spec{
+		What: "restore", Namespace: db.Namespace, Labels: member.RestoreJobLabels(db), HubID: r.opts.HubID,
+		AttemptKey: fleetv1alpha1.AnnotationRestoreAttempt, Base: rotationRetryBase, Limit: rotationRetryMax, Cluster: cluster, Ledger: r.jobs,
+		Render: func(attempt int) (*batchv1.Job, error) {
+			return member.RestoreJob(member.RestoreParams{
+				Database: db, Cluster: cluster, SourceDatabase: src.Spec.DatabaseName, BackupID: src.BackupID(), Attempt: attempt,
+				HubID: r.opts.HubID, ImageRepository: r.opts.ImageRepository, Owner: owner,
+			})
+		},
 	}
+}
+
+// restoreBackup is the DatabaseBackup db restores from (a hub cache read; nil: none).
+func (r *memberSyncReconciler) restoreBackup(ctx context.Context, db *fleetv1alpha1.Database) (*fleetv1alpha1.DatabaseBackup, error) {
 	src := &fleetv1alpha1.DatabaseBackup{}
 	if err := r.hub.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Spec.RestoreFrom.BackupName}, src); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -317,21 +329,7 @@ func (r *memberSyncReconciler) trustedRestoreJobs(ctx context.Context, db *fleet
 		}
 		return nil, fmt.Errorf("reading the database backup: %w", err)
 	}
-	return slices.DeleteFunc(slices.Clone(jobs), func(j *batchv1.Job) bool {
-		attempt := restoreAttempt(j)
-		if j.Name != member.RestoreJobName(db.Name, string(db.UID), attempt) {
-			return true
-		}
-		want, err := member.RestoreJob(member.RestoreParams{
-			Database: db, Cluster: cluster, SourceDatabase: src.Spec.DatabaseName, BackupID: src.BackupID(), Attempt: attempt,
-			HubID: r.opts.HubID, ImageRepository: r.opts.ImageRepository,
-		})
-		return err != nil || !memberjob.SamePod(j, want)
-	}), nil
-}
-
-func restoreAttempt(j *batchv1.Job) int {
-	return memberjob.AttemptOf(j, fleetv1alpha1.AnnotationRestoreAttempt)
+	return src, nil
 }
 
 // applyRestore puts the report on the member's status entry: a member that

@@ -12,11 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
+	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -51,8 +51,8 @@ type memberRotation struct {
 	cnpgWaiting bool
 	// secret is the member's credentials Secret as cached (nil: none).
 	secret *corev1.Secret
-	// jobs are the member's rotation Jobs of the token, by attempt.
-	jobs []*batchv1.Job
+	// job is where the member's rotation Jobs of the token stand.
+	job memberjob.Status
 }
 
 // prepareRotation finds out whether the member already switched to the
@@ -64,7 +64,8 @@ type memberRotation struct {
 // (bootstrap.initdb.secret, labelled cnpg.io/reload) changes; the member
 // counts as switched once the Cluster reports that Secret's version
 // (member.CNPGTookCredentials), not when the Secret was written.
-func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database, p *plan) (*memberRotation, error) {
+func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Client, live client.Reader, cluster string, db *fleetv1alpha1.Database,
+	p *plan) (*memberRotation, error) {
 	mr := &memberRotation{
 		token:   string(p.credentials[member.CredentialsRotationTokenKey]),
 		pending: p.credentials[member.CredentialsPendingPasswordKey],
@@ -79,7 +80,7 @@ func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Cli
 	if len(mr.pending) == 0 {
 		// Before the apply writes the final Secret: a failed removal is
 		// retried while the member Secret still shows the rotation.
-		return mr, r.removeRotationJobs(ctx, c, live, db, mr.secret)
+		return mr, r.removeRotationJobs(ctx, c, live, cluster, db, mr.secret)
 	}
 	if db.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG {
 		mr.cnpg = true
@@ -96,13 +97,12 @@ func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Cli
 		}
 		return mr, nil
 	}
-	jobs, err := rotationJobs(ctx, live, db, mr.token, r.opts.HubID)
-	if err != nil {
+	var err error
+	if mr.job, err = r.rotationJobSpec(cluster, db, mr.token, nil).Observe(ctx, live); err != nil {
 		return nil, err
 	}
-	mr.jobs = jobs
 	mr.switched = mr.secret != nil && bytes.Equal(mr.secret.Data[member.CredentialsPasswordKey], mr.pending)
-	if n := len(jobs); n > 0 && memberjob.Succeeded(jobs[n-1]) {
+	if mr.job.Phase == memberjob.PhaseSucceeded {
 		mr.switched = true
 	}
 	if mr.switched {
@@ -116,7 +116,7 @@ func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Cli
 // password, retries a failed one with backoff, and removes the Jobs once no
 // rotation is under way. applied tells that this pass wrote the member
 // Secret from the hub credentials. It returns when to look again.
-func (r *memberSyncReconciler) finishRotation(ctx context.Context, c client.Client, cluster string, db *fleetv1alpha1.Database,
+func (r *memberSyncReconciler) finishRotation(ctx context.Context, c client.Client, live client.Reader, cluster string, db *fleetv1alpha1.Database,
 	p *plan, mr *memberRotation, applied bool) (rotationReport, time.Duration, error) {
 	want := p.credentials
 	if mr.creds != nil {
@@ -151,41 +151,42 @@ func (r *memberSyncReconciler) finishRotation(ctx context.Context, c client.Clie
 		}
 		return rep, 0, fmt.Errorf("reading the statefulset: %w", err)
 	}
-	attempt := 1
-	if n := len(mr.jobs); n > 0 {
-		last := mr.jobs[n-1]
-		failed, at, why := memberjob.Failed(last)
-		if !failed {
-			rep.Waiting = "rotation Job " + last.Name + " running"
-			return rep, rotationJobPoll, nil
+	spec := r.rotationJobSpec(cluster, db, mr.token, &sts)
+	st := mr.job
+	switch st.Phase {
+	case memberjob.PhaseUntrusted:
+		// Its success would switch the member to a password nobody set: held until it is deleted.
+		rep.Failed = statusmsg.Bound(spec.UntrustedMessage(st.Job))
+		return rep, rotationRetryBase, nil
+	case memberjob.PhaseRunning:
+		rep.Waiting = "rotation Job " + st.Job.Name + " running"
+		return rep, rotationJobPoll, nil
+	case memberjob.PhaseFailed:
+		rep.Failed = "Job " + st.Job.Name + " failed: " + st.Why
+		if st.Wait > 0 {
+			return rep, st.Wait, nil
 		}
-		rep.Failed = "Job " + last.Name + " failed: " + why
-		if wait := time.Until(at.Add(rotationBackoff(jobAttempt(last)))); wait > 0 {
-			return rep, wait, nil
-		}
-		attempt = jobAttempt(last) + 1
 	}
-	job, err := member.RotationJob(member.RotationParams{
-		Database: db, Cluster: cluster, Token: mr.token, Attempt: attempt, StatefulSet: &sts, ImageRepository: r.opts.ImageRepository,
-	})
-	if err != nil {
-		return rep, 0, fmt.Errorf("rendering the rotation job: %w", err)
+	started, err := spec.Start(ctx, c, live, st.Next)
+	switch {
+	case err != nil:
+		return rep, 0, err
+	case started.Phase == memberjob.PhaseUntrusted:
+		rep.Failed = statusmsg.Bound(spec.UntrustedMessage(started.Job))
+		return rep, rotationRetryBase, nil
 	}
-	member.StampHub([]client.Object{job}, r.opts.HubID)
-	if err := c.Create(ctx, job, client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
-		return rep, 0, fmt.Errorf("creating the rotation job: %w", err)
-	}
-	ctrl.LoggerFrom(ctx).Info("started a rotation job", "job", job.Name, "attempt", attempt)
 	if rep.Failed == "" {
-		rep.Waiting = "rotation Job " + job.Name + " running"
+		rep.Waiting = "rotation Job " + started.Job.Name + " running"
 	}
 	return rep, rotationJobPoll, nil
 }
 
-// removeRotationJobs deletes the Database's rotation Jobs (and their pods)
-// once no rotation is under way, while the member Secret (as cached) still
-// shows the last one. At rest it makes no call.
-func (r *memberSyncReconciler) removeRotationJobs(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database, secret *corev1.Secret) error {
+// removeRotationJobs deletes the Database's rotation Jobs the hub created
+// (and their pods) once no rotation is under way, while the member Secret
+// (as cached) still shows the last one: memberjob.Spec.Remove, never a Job
+// that only carries their labels. At rest it makes no call.
+func (r *memberSyncReconciler) removeRotationJobs(ctx context.Context, c client.Client, live client.Reader, cluster string, db *fleetv1alpha1.Database,
+	secret *corev1.Secret) error {
 	if secret == nil || !member.InRotation(secret.Data) {
 		return nil
 	}
@@ -194,25 +195,33 @@ func (r *memberSyncReconciler) removeRotationJobs(ctx context.Context, c client.
 		client.MatchingLabelsSelector{Selector: member.SelectorFor(db.Namespace, db.Name)}, client.HasLabels{fleetv1alpha1.LabelRotation}); err != nil {
 		return fmt.Errorf("listing rotation jobs: %w", err)
 	}
+	var own []*batchv1.Job
 	for i := range list.Items {
-		j := &list.Items[i]
-		if j.DeletionTimestamp != nil || !memberjob.Own(j, r.opts.HubID) {
-			continue
-		}
-		if err := c.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting rotation job %s: %w", j.Name, err)
+		if memberjob.Own(&list.Items[i], r.opts.HubID) {
+			own = append(own, &list.Items[i])
 		}
 	}
-	return nil
+	return r.rotationJobSpec(cluster, db, string(secret.Data[member.CredentialsRotationTokenKey]), nil).Remove(ctx, c, own...)
 }
 
-// rotationJobs lists this hub's rotation Jobs of token in the member, oldest attempt first.
-func rotationJobs(ctx context.Context, c client.Reader, db *fleetv1alpha1.Database, token, hubID string) ([]*batchv1.Job, error) {
-	return memberjob.List(ctx, c, db.Namespace, member.RotationJobLabels(db, token), hubID, fleetv1alpha1.AnnotationRotationAttempt, "rotation")
-}
-
-func jobAttempt(j *batchv1.Job) int {
-	return memberjob.AttemptOf(j, fleetv1alpha1.AnnotationRotationAttempt)
+// rotationJobSpec is the rotation Job machine of db's token in cluster;
+// sts (nil to observe) owns the Job. A Job counts only when it runs the pod
+// the hub renders (memberjob.SamePod): a forged Job that succeeded would
+// switch the member to the pending password without it being set.
+func (r *memberSyncReconciler) rotationJobSpec(cluster string, db *fleetv1alpha1.Database, token string, sts *appsv1.StatefulSet) *memberjob.Spec {
+	if sts == nil {
+		// The owner reference is not part of what SamePod compares.
+		sts = &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: db.Name}}
+	}
+	return &memberjob.Spec{
+		What: "rotation", Namespace: db.Namespace, Labels: member.RotationJobLabels(db, token), HubID: r.opts.HubID,
+		AttemptKey: fleetv1alpha1.AnnotationRotationAttempt, Base: rotationRetryBase, Limit: rotationRetryMax, Cluster: cluster, Ledger: r.jobs,
+		Render: func(attempt int) (*batchv1.Job, error) {
+			return member.RotationJob(member.RotationParams{
+				Database: db, Cluster: cluster, Token: token, Attempt: attempt, StatefulSet: sts, ImageRepository: r.opts.ImageRepository,
+			})
+		},
+	}
 }
 
 // rotationBackoff is the wait after the given failed attempt.

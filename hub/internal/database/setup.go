@@ -22,6 +22,7 @@ import (
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
 	"github.com/fleetdb/fleetdb/hub/internal/backup"
+	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
 	"github.com/fleetdb/fleetdb/hub/internal/sharding"
 	"github.com/fleetdb/fleetdb/hub/internal/sweep"
@@ -41,6 +42,7 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 		mgr: mgr, provider: provider, opts: opts, state: newState(), memo: member.NewMemo(),
 		dbQueue: queue.NewRef(), memberQueue: queue.NewRef(), recorder: local.GetEventRecorder("fleetdb-hub"),
 		tombstones: &tombstones.Store{Client: local.GetClient(), Live: local.GetAPIReader(), Namespace: opts.HubNamespace},
+		jobs:       &memberjob.Ledger{Client: local.GetClient(), Live: local.GetAPIReader(), Namespace: opts.HubNamespace},
 		// multicluster-runtime's builder does not take this from the manager's options.
 		skipNames: local.GetControllerOptions().SkipNameValidation,
 	}
@@ -63,7 +65,7 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 	// DatabaseBackups say so in their status.
 	bopts := backup.Options{
 		HubID: opts.HubID, ImageRepository: opts.ImageRepository, MemberCallTimeout: opts.MemberCallTimeout,
-		ReconcileTimeout: hubReconcileTimeout, Recorder: w.recorder, SkipNameValidation: w.skipNames,
+		ReconcileTimeout: hubReconcileTimeout, Recorder: w.recorder, SkipNameValidation: w.skipNames, Jobs: w.jobs,
 	}
 	backups := func() error { return backup.Setup(mgr, provider, bopts) }
 	if opts.Sharding {
@@ -89,6 +91,8 @@ type wiring struct {
 	skipNames            *bool
 	// tombstones are the hub's record of member teardowns it skipped.
 	tombstones *tombstones.Store
+	// jobs is the hub's record of the Jobs it creates in members.
+	jobs *memberjob.Ledger
 	// shard is the sharded hub's runtime; nil without --sharding.
 	shard *shardRuntime
 }
@@ -132,7 +136,7 @@ func (w *wiring) memberSyncController() error {
 		mgr: w.mgr, hub: local.GetClient(), hubLive: local.GetAPIReader(), provider: w.provider, state: w.state, memo: w.memo,
 		opts: w.opts, recorder: w.recorder, databases: w.dbQueue, tracer: telemetry.Tracer(),
 		limiter: queue.NewMemberLimiter(max(2, w.opts.MemberWorkers/4)), self: w.memberQueue,
-		watches: newBackendWatches(w.memberQueue), shard: w.shard,
+		watches: newBackendWatches(w.memberQueue), shard: w.shard, jobs: w.jobs,
 	}
 	// Beyond its first sync, a member starts another only while fewer than
 	// half the workers are busy: slow members cannot starve the others.
