@@ -41,6 +41,7 @@ import (
 //     nothing of the member admins' own.
 func TestMemberSecretScope(t *testing.T) {
 	e := startEnvWith(t, envOptions{unregistered: []string{"m1"}}, "m1")
+	e.sim.enable("m1", true)
 	g := NewWithT(t)
 	m := e.fleet.Member("m1")
 	admin := m.Client
