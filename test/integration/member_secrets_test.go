@@ -56,15 +56,39 @@ func TestMemberSecretScope(t *testing.T) {
 			Data: map[string][]byte{"key": []byte("s3cret")}})).To(Succeed())
 	}
 
-	// The identity's token, as kubectl fleetdb join hands it to the hub.
+	// The identity's token, as kubectl fleetdb join hands it to the hub: an
+	// expiring one (TokenRequest), bound to a Secret so that the test can
+	// invalidate it after a rotation (docs/security.md, "The member token and
+	// its rotation").
 	cs, err := kubernetes.NewForConfig(m.Config)
 	g.Expect(err).NotTo(HaveOccurred())
-	tok, err := cs.CoreV1().ServiceAccounts("fleetdb-system").CreateToken(e.ctx, "fleetdb-hub-agent", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3 * 3600)},
-	}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	issue := func(anchor string) string {
+		t.Helper()
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fleetdb-system", Name: anchor}}
+		g.Expect(admin.Create(e.ctx, s)).To(Succeed())
+		tok, err := cs.CoreV1().ServiceAccounts("fleetdb-system").CreateToken(e.ctx, "fleetdb-hub-agent", &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3 * 3600),
+				BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: anchor, UID: s.UID}},
+		}, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		return tok.Status.Token
+	}
+	token := issue("hub-token-1")
+	kubeconfigWith := func(token string) []byte {
+		t.Helper()
+		kc, err := clientcmd.Load(m.Kubeconfig)
+		g.Expect(err).NotTo(HaveOccurred())
+		for name := range kc.AuthInfos {
+			kc.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}
+		}
+		raw, err := clientcmd.Write(*kc)
+		g.Expect(err).NotTo(HaveOccurred())
+		raw, err = fleet.KubeconfigVia(raw, e.proxies["m1"].Addr())
+		g.Expect(err).NotTo(HaveOccurred())
+		return raw
+	}
 	agentCfg := rest.AnonymousClientConfig(m.Config)
-	agentCfg.BearerToken = tok.Status.Token
+	agentCfg.BearerToken = token
 	agent, err := client.New(agentCfg, client.Options{Scheme: fleet.Scheme})
 	g.Expect(err).NotTo(HaveOccurred())
 	// The API server loads the admission policies in the background.
@@ -72,16 +96,7 @@ func TestMemberSecretScope(t *testing.T) {
 		return apierrors.IsForbidden(agent.Create(e.ctx, configMap("payroll", "probe")))
 	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "the admission policy never took effect")
 
-	kc, err := clientcmd.Load(m.Kubeconfig)
-	g.Expect(err).NotTo(HaveOccurred())
-	for name := range kc.AuthInfos {
-		kc.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
-	}
-	raw, err := clientcmd.Write(*kc)
-	g.Expect(err).NotTo(HaveOccurred())
-	raw, err = fleet.KubeconfigVia(raw, e.proxies["m1"].Addr())
-	g.Expect(err).NotTo(HaveOccurred())
-	e.register("m1", raw, map[string]string{"name": "m1"})
+	e.register("m1", kubeconfigWith(token), map[string]string{"name": "m1"})
 	e.waitMemberReady("m1")
 
 	ns := e.namespace("ledger")
@@ -174,5 +189,27 @@ func TestMemberSecretScope(t *testing.T) {
 		for ns, name := range theirs {
 			g.Expect(admin.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.Secret{})).To(Succeed())
 		}
+	})
+
+	t.Run("a rotated token is taken up without losing the member", func(t *testing.T) {
+		g := NewWithT(t)
+		// The platform team's rotation: a new token written into the
+		// kubeconfig Secret while the old one is still valid ...
+		var kcSecret corev1.Secret
+		g.Expect(e.hub.Get(e.ctx, client.ObjectKey{Namespace: hubNS, Name: "m1-kubeconfig"}, &kcSecret)).To(Succeed())
+		kcSecret.Data["kubeconfig"] = kubeconfigWith(issue("hub-token-2"))
+		g.Expect(e.hub.Update(e.ctx, &kcSecret)).To(Succeed())
+		e.waitMemberReady("m1")
+		// ... then the old one is revoked (its bound Secret deleted): the hub
+		// works on with the new one.
+		g.Expect(admin.Delete(e.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "fleetdb-system", Name: "hub-token-1"}})).To(Succeed())
+		g.Eventually(func() bool {
+			return apierrors.IsUnauthorized(agent.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "probe"}, &corev1.Secret{}))
+		}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "the old token still works")
+		g.Expect(e.hub.Create(e.ctx, newDB(ns, "invoices", "m1"))).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			g.Expect(e.getDB(ns, "invoices").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+			g.Expect(admin.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "invoices-credentials"}, &corev1.Secret{})).To(Succeed())
+		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed(), "a Database synced with the rotated token")
 	})
 }
