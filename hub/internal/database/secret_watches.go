@@ -104,8 +104,10 @@ func (w *secretWatches) watch(ctx context.Context, name string, cl cluster.Clust
 	e.watched[ns] = true
 	w.mu.Unlock()
 
+	// The member cluster's HTTP client: the namespaces' watches share its
+	// connections instead of opening their own.
 	c, err := cache.New(cl.GetConfig(), cache.Options{
-		Scheme: cl.GetScheme(), Mapper: cl.GetRESTMapper(),
+		HTTPClient: cl.GetHTTPClient(), Scheme: cl.GetScheme(), Mapper: cl.GetRESTMapper(),
 		DefaultNamespaces:    map[string]cache.Config{ns: {}},
 		DefaultLabelSelector: labels.SelectorFromSet(labels.Set{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue}),
 	})
