@@ -205,10 +205,14 @@ func (r renderer) meta(name string) metav1.ObjectMeta {
 	}
 }
 
-func (r renderer) namespace() *corev1.Namespace {
+func (r renderer) namespace() *corev1.Namespace { return ManagedNamespace(r.db.Namespace) }
+
+// ManagedNamespace is the Namespace fleetdb creates in a member for its
+// Databases of namespace name: labelled as managed, nothing else.
+func ManagedNamespace(name string) *corev1.Namespace {
 	return &corev1.Namespace{
 		TypeMeta: typeMeta(corev1.SchemeGroupVersion, "Namespace"),
-		ObjectMeta: metav1.ObjectMeta{Name: r.db.Namespace, Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 			// The member's admission policy (deploy/member) lets the hub's
 			// identity write only in namespaces that carry it.
 			fleetv1alpha1.LabelManagedNamespace: fleetv1alpha1.ManagedByValue,

@@ -71,19 +71,30 @@ func TestMemberAccess(t *testing.T) {
 			want  bool
 		}{
 			{authorizationv1.ResourceAttributes{Verb: "create", Group: "apps", Resource: "statefulsets", Namespace: "team-a"}, true},
-			{authorizationv1.ResourceAttributes{Verb: "patch", Resource: "secrets", Namespace: "team-a"}, true},
+			// Secrets: only through the RoleBinding the hub creates in a
+			// managed namespace (TestMemberSecretScope), never cluster-wide.
+			{authorizationv1.ResourceAttributes{Verb: "patch", Resource: "secrets", Namespace: "team-a"}, false},
+			{authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets"}, false},
+			{authorizationv1.ResourceAttributes{Verb: "bind", Group: "rbac.authorization.k8s.io", Resource: "clusterroles", Name: member.SecretAccessRole}, true},
+			{authorizationv1.ResourceAttributes{Verb: "bind", Group: "rbac.authorization.k8s.io", Resource: "clusterroles", Name: "admin"}, false},
+			{authorizationv1.ResourceAttributes{Verb: "escalate", Group: "rbac.authorization.k8s.io", Resource: "clusterroles", Name: member.SecretAccessRole}, false},
+			{authorizationv1.ResourceAttributes{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "clusterrolebindings"}, false},
+			{authorizationv1.ResourceAttributes{Verb: "delete", Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Namespace: "team-a"}, false},
 			{authorizationv1.ResourceAttributes{Verb: "delete", Resource: "persistentvolumeclaims", Namespace: "team-a"}, true},
 			{authorizationv1.ResourceAttributes{Verb: "create", Resource: "namespaces"}, true},
 			{authorizationv1.ResourceAttributes{Verb: "get", Resource: "namespaces", Name: "team-a"}, true},
 			// RBAC cannot narrow reads by label: docs/security.md says so.
-			{authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: "kube-system"}, true},
+			{authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: "kube-system"}, true},
+			{authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: "kube-system"}, false},
 			{authorizationv1.ResourceAttributes{Verb: "list", Resource: "namespaces"}, false},
 			{authorizationv1.ResourceAttributes{Verb: "delete", Resource: "namespaces"}, false},
 			{authorizationv1.ResourceAttributes{Verb: "update", Resource: "namespaces"}, false},
 			{authorizationv1.ResourceAttributes{Verb: "get", Resource: "pods", Namespace: "team-a"}, false},
 			{authorizationv1.ResourceAttributes{Verb: "create", Resource: "pods", Namespace: "team-a"}, false},
 			{authorizationv1.ResourceAttributes{Verb: "create", Group: "apps", Resource: "deployments", Namespace: "team-a"}, false},
-			{authorizationv1.ResourceAttributes{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Namespace: "team-a"}, false},
+			// RoleBindings: RBAC grants create (the Secret role's binding);
+			// the admission policy holds where and what (TestMemberSecretScope).
+			{authorizationv1.ResourceAttributes{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "rolebindings", Namespace: "team-a"}, true},
 			{authorizationv1.ResourceAttributes{Verb: "create", Resource: "serviceaccounts", Namespace: "team-a"}, false},
 			{authorizationv1.ResourceAttributes{Verb: "create", Resource: "serviceaccounts/token", Namespace: "fleetdb-system"}, false},
 			{authorizationv1.ResourceAttributes{Verb: "list", Resource: "nodes"}, false},

@@ -71,6 +71,11 @@ func TestMemberAgentScope(t *testing.T) {
 	var sts *appsv1.StatefulSet
 	for _, o := range objs {
 		g.Expect(agent.Create(ctx, o)).To(Succeed(), "%T %s as fleetdb renders it", o, o.GetName())
+		if _, ok := o.(*corev1.Namespace); ok {
+			// Secrets only once the hub bound its Secret role there, as it does.
+			_, err := member.NewSecretAccess().Ensure(ctx, "m1", agent, agent, o.GetName(), nil)
+			g.Expect(err).NotTo(HaveOccurred(), "binding the Secret role in %s", o.GetName())
+		}
 		if s, ok := o.(*appsv1.StatefulSet); ok {
 			sts = s
 		}

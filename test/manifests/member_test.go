@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -22,12 +23,26 @@ const (
 	agentSecret = "fleetdb-hub-agent-token"
 )
 
+// secretRole holds the hub's Secret rights; the hub binds it by a RoleBinding
+// in each managed namespace (member.SecretAccess), never cluster-wide.
+var secretRole = member.SecretAccessRole
+
+// secretVerbs are secretRole's grants, its only ones.
+var secretVerbs = map[string][]string{"secrets": manage}
+
+// rbacRules are the agent role's only RBAC rules: creating (and reading) a
+// RoleBinding, and binding secretRole alone (the admission policy holds the
+// RoleBinding to managed namespaces, this roleRef and the identity itself).
+var rbacRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"rolebindings"}, Verbs: []string{"get", "create"}},
+	{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"clusterroles"}, ResourceNames: []string{member.SecretAccessRole}, Verbs: []string{"bind"}},
+}
+
 // resourceVerbs is everything the hub's identity in a member may do, and all
 // of it is needed: fleetdb's objects in any namespace, the namespace itself
 // only created.
 var resourceVerbs = map[string][]string{
 	"namespaces":                  {"get", "create"},
-	"secrets":                     manage,
 	"configmaps":                  manage,
 	"services":                    manage,
 	"persistentvolumeclaims":      manage,
@@ -83,12 +98,36 @@ func TestMemberBase(t *testing.T) {
 	t.Run("least privilege", func(t *testing.T) {
 		g := NewWithT(t)
 		roles := all[*rbacv1.ClusterRole](objs)
-		g.Expect(roles).To(HaveLen(1))
+		g.Expect(roles).To(HaveLen(2))
 		role := mustFind[*rbacv1.ClusterRole](t, objs, "", agentName)
 		expectNoWildcards(g, "member ClusterRole", role.Rules)
-		expectNoEscalation(g, "member ClusterRole", role.Rules)
+		var rules, rbacOnes []rbacv1.PolicyRule
+		for _, r := range role.Rules {
+			if slices.Contains(r.APIGroups, rbacv1.GroupName) {
+				rbacOnes = append(rbacOnes, r)
+			} else {
+				rules = append(rules, r)
+			}
+		}
+		g.Expect(rbacOnes).To(ConsistOf(rbacRules), "the member ClusterRole's RBAC rules: the Secret role's binding only")
+		expectNoEscalation(g, "member ClusterRole", rules)
+		g.Expect(allows(role.Rules, permission{resource: "secrets", verb: "get"})).To(BeFalse(), "no Secret rights cluster-wide")
 
-		for i, r := range role.Rules {
+		secrets := mustFind[*rbacv1.ClusterRole](t, objs, "", secretRole)
+		expectNoWildcards(g, "member Secret role", secrets.Rules)
+		expectNoEscalation(g, "member Secret role", secrets.Rules)
+		for i, r := range secrets.Rules {
+			g.Expect(r.APIGroups).To(Equal([]string{""}), "Secret role rule %d", i)
+			for _, res := range r.Resources {
+				g.Expect(secretVerbs).To(HaveKey(res), "Secret role rule %d", i)
+				g.Expect(secretVerbs[res]).To(ContainElements(r.Verbs), "Secret role rule %d", i)
+			}
+		}
+		for _, v := range manage {
+			g.Expect(allows(secrets.Rules, permission{resource: "secrets", verb: v})).To(BeTrue(), "member Secret role: %s secrets", v)
+		}
+
+		for i, r := range rules {
 			g.Expect(r.ResourceNames).To(BeEmpty(), "rule %d: fleetdb's objects have any name", i)
 			if len(r.NonResourceURLs) > 0 {
 				g.Expect(r.APIGroups).To(BeEmpty(), "rule %d mixes URLs and resources", i)
@@ -142,6 +181,7 @@ func TestMemberBase(t *testing.T) {
 	t.Run("covers member.Render", func(t *testing.T) {
 		g := NewWithT(t)
 		role := mustFind[*rbacv1.ClusterRole](t, objs, "", agentName)
+		secrets := mustFind[*rbacv1.ClusterRole](t, objs, "", secretRole)
 		for _, engine := range []fleetv1alpha1.Engine{fleetv1alpha1.EnginePostgres, fleetv1alpha1.EngineMySQL, "postgres-on-statefulset"} {
 			backend := fleetv1alpha1.Backend("")
 			if engine == "postgres-on-statefulset" {
@@ -187,8 +227,13 @@ func TestMemberBase(t *testing.T) {
 				key, ok := kindResources[kind]
 				g.Expect(ok).To(BeTrue(), "the hub writes %s into members: grant it in deploy/member/cluster_role.yaml and list it in this test", kind)
 				grp, res := groupResource(key)
-				for _, v := range resourceVerbs[key] {
-					g.Expect(allows(role.Rules, permission{group: grp, resource: res, verb: v})).To(BeTrue(), "%s %s", v, key)
+				granted, verbs := role.Rules, resourceVerbs[key]
+				if key == "secrets" {
+					// Bound per managed namespace by the hub.
+					granted, verbs = secrets.Rules, secretVerbs[key]
+				}
+				for _, v := range verbs {
+					g.Expect(allows(granted, permission{group: grp, resource: res, verb: v})).To(BeTrue(), "%s %s", v, key)
 				}
 			}
 		}

@@ -116,9 +116,13 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 }
 
 // memberCredentials reads the Database's credentials Secret in one member
-// from the member's cache; ok is false when the member cannot be read now.
-// Where the Database may be placed (placed), a Secret a Retain teardown kept
-// is read live; other members cost no API call.
+// (live: member caches hold no Secrets, see MemberClusterOptions); ok is
+// false when the member cannot be read now. Where the Database may be placed
+// (placed), a Secret a Retain teardown kept is read too, and a member that
+// refuses the read (the hub's Secret role not bound in the namespace yet:
+// a namespace adopted by its admins, or Secrets written before the role was
+// bound per namespace) is given the access first (member.SecretAccess; a
+// missing namespace holds nothing and is not created here).
 func (r *databaseReconciler) memberCredentials(ctx context.Context, db *fleetv1alpha1.Database, name string, placed bool) (*corev1.Secret, bool) {
 	cl, ok := r.readableMember(ctx, name)
 	if !ok {
@@ -129,6 +133,20 @@ func (r *databaseReconciler) memberCredentials(ctx context.Context, db *fleetv1a
 	var s corev1.Secret
 	key := client.ObjectKey{Namespace: db.Namespace, Name: credentialsName(db)}
 	err := cl.GetClient().Get(cctx, key, &s)
+	if apierrors.IsForbidden(err) && placed && r.secrets != nil {
+		present, aerr := r.secrets.ensure(cctx, name, cl, db.Namespace, nil)
+		switch {
+		case apierrors.IsForbidden(aerr):
+			// The member's policy refuses the hub in this namespace (not
+			// labelled for fleetdb): fleetdb cannot have written a Secret there.
+			return nil, true
+		case aerr != nil:
+			return nil, false
+		case !present:
+			return nil, true
+		}
+		err = cl.GetClient().Get(cctx, key, &s)
+	}
 	switch {
 	case apierrors.IsNotFound(err) && placed:
 		// The member cache holds only fleetdb's labelled objects; a Secret

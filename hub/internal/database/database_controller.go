@@ -52,6 +52,9 @@ type databaseReconciler struct {
 	tombstones *tombstones.Store
 	// shard is the sharded hub's runtime; nil without --sharding.
 	shard *shardRuntime
+	// secrets gives the hub Secret access in a member's managed namespace
+	// (credentials recovery reads member Secrets); nil: not needed.
+	secrets *secretWatches
 }
 
 // databaseScope is what one reconcile of a Database works on: the phases

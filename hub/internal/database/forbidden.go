@@ -26,6 +26,12 @@ func isForbidden(err error) bool { return apierrors.IsForbidden(err) }
 // returns no error (no backoff retries) and looks again only after
 // forbiddenRecheck (RBAC changes inside a member cannot be watched).
 func (r *memberSyncReconciler) forbiddenOutcome(key types.NamespacedName, cluster, reason string, err error, phase fleetv1alpha1.ClusterPhase) syncOutcome {
+	if r.secrets != nil {
+		// The refusal may be of a Secret: the next sync checks the Secret
+		// role's binding in the namespace again (the member's admins may
+		// have removed it).
+		r.secrets.forget(cluster, key.Namespace)
+	}
 	res := &memberResult{Status: fleetv1alpha1.ClusterStatus{Name: cluster}}
 	if prev := r.state.resultsFor(key)[cluster]; prev != nil {
 		res.Status, res.HasWorkload = prev.Status, prev.HasWorkload

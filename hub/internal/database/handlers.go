@@ -25,18 +25,27 @@ import (
 
 // MemberClusterOptions restrict every member cache to the objects fleetdb
 // manages, so the hub never caches a member's other Secrets or workloads.
+// Secrets are not cached at all: the member identity may read them only in
+// the managed namespaces where the hub bound its Secret role (issue 25, item
+// 11; see secretWatches), so the member client reads them live, by name or
+// listed in one namespace, and a watch per namespace reports their changes.
 // Pass them as clusters.Options.ClusterOptions.
 func MemberClusterOptions() []cluster.Option {
 	return []cluster.Option{func(o *cluster.Options) {
 		o.Cache.DefaultLabelSelector = labels.SelectorFromSet(labels.Set{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue})
+		if o.Client.Cache == nil {
+			o.Client.Cache = &client.CacheOptions{}
+		}
+		o.Client.Cache.DisableFor = append(o.Client.Cache.DisableFor, &corev1.Secret{})
 	}}
 }
 
 // memberKinds are the member objects whose changes trigger a member sync
-// (drift is put back, readiness is reported).
+// (drift is put back, readiness is reported). Secrets are watched per
+// managed namespace (secretWatches).
 func memberKinds() []client.Object {
 	return []client.Object{
-		&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.ConfigMap{}, &corev1.Secret{}, &policyv1.PodDisruptionBudget{},
+		&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.ConfigMap{}, &policyv1.PodDisruptionBudget{},
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
@@ -54,6 +55,9 @@ type memberSyncReconciler struct {
 	self    *queue.Ref
 	// watches watches the CloudNativePG Clusters of members that run them.
 	watches *backendWatches
+	// secrets binds the hub's Secret role in each managed namespace of a
+	// member and watches fleetdb's Secrets there.
+	secrets *secretWatches
 	// shard is the sharded hub's runtime; nil without --sharding.
 	shard *shardRuntime
 	// jobs is the hub's record of the Jobs it creates in members (nil in unit tests).
@@ -145,6 +149,16 @@ func (r *memberSyncReconciler) sync(ctx context.Context, cluster string, key typ
 		return unreachableOutcome(cluster, "member not connected")
 	}
 	if role == roleTeardown {
+		// Secret access before the teardown reads a Secret; a namespace that
+		// is gone holds nothing of the Database, and none is created for it.
+		present, err := r.secretAccess(ctx, cluster, cl, key.Namespace, nil)
+		if err != nil {
+			return r.secretAccessFailed(key, cluster, errReasonTeardown, fleetv1alpha1.ClusterPhaseDeleting, err)
+		}
+		if !present {
+			r.memo.ForgetDatabase(cluster, key.Namespace, key.Name)
+			return finished(outcomeTornDown, &memberResult{Status: deletingStatus(cluster, "removed"), TornDown: true})
+		}
 		return r.teardown(ctx, cl.GetClient(), cl.GetAPIReader(), cluster, key, p)
 	}
 
@@ -172,6 +186,11 @@ func (r *memberSyncReconciler) sync(ctx context.Context, cluster string, key typ
 			return finished(outcomeObserved, &memberResult{Status: backendMissingStatus(cluster, db.EffectiveBackend())})
 		}
 		return failedOutcome(errReasonObserve, err, r.failureResult(key, cluster, err))
+	}
+	// The namespace is created (when missing) and the hub's Secret role
+	// bound in it before any Secret of the Database is read or written.
+	if _, err := r.secretAccess(ctx, cluster, cl, db.Namespace, member.ManagedNamespace(db.Namespace)); err != nil {
+		return r.secretAccessFailed(key, cluster, errReasonApply, fleetv1alpha1.ClusterPhaseDegraded, err)
 	}
 	c := cl.GetClient()
 	if db.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG {
@@ -388,6 +407,26 @@ func (r *memberSyncReconciler) teardown(ctx context.Context, c client.Client, li
 		msg = "left running without fleetdb's labels (deletionPolicy Orphan): the workload is no longer managed"
 	}
 	return finished(outcomeTornDown, &memberResult{Status: deletingStatus(cluster, msg), TornDown: true, FinalBackup: fb.record})
+}
+
+// secretAccess gives the hub Secret access in namespace ns of the member
+// (secretWatches.ensure); it reports false only when create is nil and the
+// namespace does not exist.
+func (r *memberSyncReconciler) secretAccess(ctx context.Context, cluster string, cl cluster.Cluster, ns string, create *corev1.Namespace) (bool, error) {
+	if r.secrets == nil {
+		return true, nil
+	}
+	return r.secrets.ensure(ctx, cluster, cl, ns, create)
+}
+
+// secretAccessFailed: the member refused the namespace or the Secret role's
+// binding (a namespace fleetdb does not manage: terminal until rechecked,
+// with the admission policy's message), or it could not be given yet (retried).
+func (r *memberSyncReconciler) secretAccessFailed(key types.NamespacedName, cluster, reason string, phase fleetv1alpha1.ClusterPhase, err error) syncOutcome {
+	if isForbidden(err) {
+		return r.forbiddenOutcome(key, cluster, reason, err, phase)
+	}
+	return failedOutcome(reason, err, r.failureResult(key, cluster, err))
 }
 
 // finalBackupFailed: the final backup could not be started or read; the

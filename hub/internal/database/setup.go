@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -45,6 +46,10 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 		jobs:       &memberjob.Ledger{Client: local.GetClient(), Live: local.GetAPIReader(), Namespace: opts.HubNamespace},
 		// multicluster-runtime's builder does not take this from the manager's options.
 		skipNames: local.GetControllerOptions().SkipNameValidation,
+	}
+	w.secrets = newSecretWatches(w.memo, w.memberQueue)
+	if err := mgr.Add(w.secrets); err != nil {
+		return fmt.Errorf("member Secret watches: %w", err)
 	}
 	if opts.Sharding {
 		if err := w.setupSharding(); err != nil {
@@ -81,11 +86,14 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 // wiring is what the controllers share: the state they meet in and each
 // other's queues.
 type wiring struct {
-	mgr                  mcmanager.Manager
-	provider             *clusters.Provider
-	opts                 Options
-	state                *state
-	memo                 *member.Memo
+	mgr      mcmanager.Manager
+	provider *clusters.Provider
+	opts     Options
+	state    *state
+	memo     *member.Memo
+	// secrets gives the hub Secret access in the members' managed
+	// namespaces and watches fleetdb's Secrets there.
+	secrets              *secretWatches
 	dbQueue, memberQueue *queue.Ref
 	recorder             events.EventRecorder
 	skipNames            *bool
@@ -104,7 +112,7 @@ func (w *wiring) databaseController() error {
 	dbr := &databaseReconciler{
 		hub: local.GetClient(), live: local.GetAPIReader(), provider: w.provider, state: w.state,
 		opts: w.opts, recorder: w.recorder, members: w.memberQueue, now: time.Now, tracer: telemetry.Tracer(),
-		tombstones: w.tombstones, shard: w.shard,
+		tombstones: w.tombstones, shard: w.shard, secrets: w.secrets,
 	}
 	hubOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)}
 	return mcbuilder.ControllerManagedBy(w.mgr).
@@ -136,7 +144,7 @@ func (w *wiring) memberSyncController() error {
 		mgr: w.mgr, hub: local.GetClient(), hubLive: local.GetAPIReader(), provider: w.provider, state: w.state, memo: w.memo,
 		opts: w.opts, recorder: w.recorder, databases: w.dbQueue, tracer: telemetry.Tracer(),
 		limiter: queue.NewMemberLimiter(max(2, w.opts.MemberWorkers/4)), self: w.memberQueue,
-		watches: newBackendWatches(w.memberQueue), shard: w.shard, jobs: w.jobs,
+		watches: newBackendWatches(w.memberQueue), secrets: w.secrets, shard: w.shard, jobs: w.jobs,
 	}
 	// Beyond its first sync, a member starts another only while fewer than
 	// half the workers are busy: slow members cannot starve the others.
@@ -175,6 +183,9 @@ func (w *wiring) sweepController() error {
 	local := w.mgr.GetLocalManager()
 	sw := sweep.New(w.mgr, local.GetClient(), w.state, w.provider, w.memo, w.opts.MemberCallTimeout)
 	sw.HubID, sw.Tombstones = w.opts.HubID, w.tombstones
+	sw.SecretAccess = func(ctx context.Context, name string, cl cluster.Cluster, ns string) (bool, error) {
+		return w.secrets.ensure(ctx, name, cl, ns, nil)
+	}
 	if w.shard != nil {
 		sw.Owns = w.shard.coord.Owns
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
@@ -66,6 +67,11 @@ type Sweeper struct {
 	// owns, when set (--sharding), says which members this replica owns:
 	// only those are swept from here.
 	Owns func(cluster string) bool
+	// SecretAccess, when set, gives the hub Secret access in a member's
+	// namespace before a teardown there lists its Secrets (the member
+	// identity's Secret role is bound per managed namespace); it reports
+	// false when the namespace is gone, which leaves nothing to collect.
+	SecretAccess func(ctx context.Context, cluster string, cl cluster.Cluster, namespace string) (bool, error)
 
 	mu sync.Mutex
 	// attempts counts the sweeps of a member since it turned Ready.
@@ -212,9 +218,17 @@ func (s *Sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 		// Database of the same name relabels what it adopts, and what it
 		// wrote is its own.
 		owner := member.Owner{Namespace: lo.key.Namespace, Name: lo.key.Name, UID: lo.uid, HubID: s.HubID, ExactUID: true}
-		done, err := member.Teardown(ctx, cl.GetClient(), owner, policy, s.memo)
-		if err != nil {
-			return unsure, err
+		present := true
+		if s.SecretAccess != nil {
+			if present, err = s.SecretAccess(ctx, cluster, cl, lo.key.Namespace); err != nil {
+				return unsure, err
+			}
+		}
+		done := !present
+		if present {
+			if done, err = member.Teardown(ctx, cl.GetClient(), owner, policy, s.memo); err != nil {
+				return unsure, err
+			}
 		}
 		if !done {
 			unsure++
