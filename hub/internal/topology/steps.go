@@ -145,8 +145,9 @@ func (t *Pass) checkTarget(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
 
 // demotedCleanly says whether target is a former primary that was demoted
 // cleanly and has followed primary since: it reports a demotion token
-// (status.demotionToken, which CloudNativePG keeps on the demoted Cluster)
-// of the same system, it still reports that token's timeline, the primary
+// (status.demotionToken, which CloudNativePG keeps on the demoted Cluster
+// and clears once the Cluster is no longer a replica: updateResourceStatus
+// in internal/controller/cluster_status.go, v1.30.0) of the same system, it still reports that token's timeline, the primary
 // is on the next one, and it is not fenced (a forced promotion does not
 // wait for the old primary's last WAL). Such a member follows the primary
 // although it reports the older timeline: its WAL ends at the shutdown
