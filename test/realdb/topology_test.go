@@ -730,7 +730,8 @@ func (p *psFleet) failover(ctx context.Context, t *testing.T, lost, next string)
 	t.Logf("%s's node thawed", lost)
 	// The old primary, back, does not take writes (once its instance
 	// manager applied the standby spec it was written with).
-	out = p.sqlEventually(ctx, t, lost, "select pg_is_in_recovery()", 5*time.Minute, func(s string) bool { return s == "t" })
+	p.sqlEventually(ctx, t, lost, "select pg_is_in_recovery()", 5*time.Minute, func(s string) bool { return s == "t" })
+	t.Logf("%s is in recovery", lost)
 	if out, err := p.sql(ctx, lost, "insert into t values ('split-brain')"); err == nil {
 		t.Errorf("the old primary %s took a write after it was back: %q", lost, out)
 	} else {
