@@ -700,42 +700,56 @@ func (p *psFleet) failover(ctx context.Context, t *testing.T, lost, next string)
 		2*time.Minute, func(s string) bool { return strings.HasSuffix(s, "false 2") })
 	t.Logf("%s (new primary) takes writes: %s", next, out)
 
-	// Back: its control plane first (the hub writes it as a standby of the
-	// new primary while its node is still frozen), then its node.
+	// Back: its control plane and its node together (CloudNativePG's
+	// webhook runs on the node: the member takes no write to a Cluster
+	// while the node is frozen). Until the hub's write of the standby spec
+	// reaches its CloudNativePG, which demotes it, the old primary's
+	// PostgreSQL runs on as it was; the samples say for how long.
 	if err := p.lf.StartMember(ctx, lost); err != nil {
 		t.Fatal(err)
 	}
 	p.mu.Lock()
 	delete(p.stopped, lost)
 	p.mu.Unlock()
-	for deadline := time.Now().Add(5 * time.Minute); ; {
-		u := member.NewCNPGCluster()
-		if err := p.f.Member(lost).Client.Get(ctx, p.key, u); err == nil {
-			if got, _, _ := unstructured.NestedString(u.Object, "spec", "replica", "primary"); got == next {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the hub did not write %s's Cluster as a standby of %s once it was back", lost, next)
-		}
-		time.Sleep(time.Second)
-	}
-	t.Logf("%s's control plane back: its Cluster follows %s", lost, next)
 	if err := freezeNode(lost, false); err != nil {
 		t.Fatal(err)
 	}
 	p.mu.Lock()
 	delete(p.frozen, lost)
 	p.mu.Unlock()
-	t.Logf("%s's node thawed", lost)
-	// The old primary, back, does not take writes (once its instance
-	// manager applied the standby spec it was written with).
-	p.sqlEventually(ctx, t, lost, "select pg_is_in_recovery()", 5*time.Minute, func(s string) bool { return s == "t" })
-	t.Logf("%s is in recovery", lost)
+	back := time.Now()
+	t.Logf("%s back: control plane started, node thawed", lost)
+	var writable []string
+	for deadline := time.Now().Add(5 * time.Minute); ; {
+		out, err := p.sql(ctx, lost, "select pg_is_in_recovery()")
+		if err == nil && out == "t" {
+			break
+		}
+		if err == nil && out == "f" {
+			writable = append(writable, time.Since(back).Round(time.Second).String())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old primary %s is not in recovery 5 minutes after it was back: %q %v", lost, out, err)
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("%s in recovery %s after it was back; samples that found it still a primary before its demotion, at: %v",
+		lost, time.Since(back).Round(time.Second), writable)
+	u := member.NewCNPGCluster()
+	if err := p.f.Member(lost).Client.Get(ctx, p.key, u); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := unstructured.NestedString(u.Object, "spec", "replica", "primary"); got != next {
+		t.Errorf("%s's Cluster follows %q, not %s", lost, got, next)
+	}
+	// The old primary, back, does not take writes.
 	if out, err := p.sql(ctx, lost, "insert into t values ('split-brain')"); err == nil {
 		t.Errorf("the old primary %s took a write after it was back: %q", lost, out)
 	} else {
 		t.Logf("%s refuses writes: %v", lost, err)
+	}
+	if out, err := p.sql(ctx, next, "select count(*) from t where x = 'split-brain'"); err != nil || out != "0" {
+		t.Errorf("%s: %q %v", next, out, err)
 	}
 	db := &fleetv1alpha1.Database{}
 	if err := p.f.Hub.Client.Get(ctx, p.key, db); err == nil {
