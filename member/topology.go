@@ -5,6 +5,12 @@ package member
 // and the member renderer (which turns that into the Cluster's replica,
 // externalClusters, bootstrap and certificates fields).
 
+import (
+	"encoding/base64"
+	"encoding/json"
+	"strconv"
+)
+
 // Topology is the PrimaryStandby wiring of one member's CloudNativePG
 // Cluster, decided by the hub. Nil for an Independent Database.
 type Topology struct {
@@ -106,4 +112,31 @@ func (r *ReplicationStatus) StreamsFrom(primary *ReplicationStatus) bool {
 		return false
 	}
 	return r.SystemID != "" && r.SystemID == primary.SystemID && r.TimelineID != 0 && r.TimelineID == primary.TimelineID
+}
+
+// DemotionTokenCheckpoint reads the system identifier and the timeline of
+// the shutdown checkpoint a CloudNativePG demotion token records: base64 of
+// a JSON object with databaseSystemIdentifier and
+// latestCheckpointTimelineID, the pg_controldata of the demoted primary
+// once it shut down (PgControldataTokenContent and ParsePgControldataToken
+// in pkg/utils/parser.go, generateDemotionToken in
+// pkg/reconciler/replicaclusterswitch/shutdown_wal.go, v1.30.0). ok is
+// false for anything else.
+func DemotionTokenCheckpoint(token string) (systemID string, timeline int64, ok bool) {
+	raw, err := base64.StdEncoding.DecodeString(token)
+	if err != nil {
+		return "", 0, false
+	}
+	var content struct {
+		SystemID string `json:"databaseSystemIdentifier"`
+		Timeline string `json:"latestCheckpointTimelineID"`
+	}
+	if err := json.Unmarshal(raw, &content); err != nil {
+		return "", 0, false
+	}
+	tl, err := strconv.ParseInt(content.Timeline, 10, 64)
+	if err != nil || tl <= 0 || content.SystemID == "" {
+		return "", 0, false
+	}
+	return content.SystemID, tl, true
 }

@@ -18,6 +18,13 @@ import (
 //     they stay allowed (a rollout never goes back).
 //   - Members whose state is not known yet are held until the first
 //     observation, so a hub restart mid-rollout does not change them all.
+//   - The two ends of a switchover under way (status.topology.switchover)
+//     are never held: the switchover orders their writes itself (Demote,
+//     Promote, one at a time, each after the other's report), and a forced
+//     promotion is run precisely when the old primary is down. Held, the
+//     target of a forced promotion waited for ever behind an unreachable
+//     old primary that the rollout had allowed first and that never became
+//     Ready (found on real nodes: test/realdb).
 func planRollout(db *fleetv1alpha1.Database, targets []string, observed map[string]*memberResult, prevAllowed map[string]bool, reachable func(string) bool) map[string]bool {
 	allowed := make(map[string]bool, len(targets))
 	if db.Generation <= 1 {
@@ -63,6 +70,14 @@ func planRollout(db *fleetv1alpha1.Database, targets []string, observed map[stri
 		}
 		return 0
 	})
+	if st := db.Status.Topology; st != nil && st.Switchover != nil {
+		for _, t := range targets {
+			if t == st.Switchover.From || t == st.Switchover.To {
+				allowed[t] = true
+				candidates = slices.DeleteFunc(candidates, func(c string) bool { return c == t })
+			}
+		}
+	}
 	budget := int(max(db.Spec.Rollout.MaxUnavailable, 1)) - inFlight
 	for _, t := range candidates {
 		if budget <= 0 {

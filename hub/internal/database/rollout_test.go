@@ -24,6 +24,7 @@ func TestPlanRollout(t *testing.T) {
 		observed  map[string]*memberResult
 		prev      map[string]bool
 		reachable func(string) bool
+		switching *fleetv1alpha1.SwitchoverStatus
 		want      []string
 	}{
 		{name: "first generation creates everywhere", gen: 1, maxU: 1, want: targets},
@@ -46,6 +47,11 @@ func TestPlanRollout(t *testing.T) {
 		{name: "fresh members are created at once", gen: 3, maxU: 1,
 			observed: map[string]*memberResult{"a": observedAt(2, ready), "b": fresh, "c": fresh, "d": observedAt(2, ready)},
 			want:     []string{"a", "b", "c"}},
+		{name: "a forced promotion's target is not held behind its unreachable old primary", gen: 4, maxU: 1, prev: map[string]bool{"a": true},
+			reachable: func(n string) bool { return n != "a" },
+			switching: &fleetv1alpha1.SwitchoverStatus{Kind: fleetv1alpha1.SwitchoverForced, From: "a", To: "b", Step: fleetv1alpha1.StepPromote},
+			observed:  map[string]*memberResult{"a": observedAt(3, ready), "b": observedAt(3, ready), "c": observedAt(3, ready)},
+			want:      []string{"a", "b"}},
 		{name: "reachable members go first", gen: 2, maxU: 1, reachable: func(n string) bool { return n != "a" },
 			observed: map[string]*memberResult{"a": observedAt(1, ready), "b": observedAt(1, ready)},
 			want:     []string{"b"}},
@@ -56,6 +62,9 @@ func TestPlanRollout(t *testing.T) {
 			db := &fleetv1alpha1.Database{}
 			db.Generation = tc.gen
 			db.Spec.Rollout.MaxUnavailable = tc.maxU
+			if tc.switching != nil {
+				db.Status.Topology = &fleetv1alpha1.TopologyStatus{Switchover: tc.switching}
+			}
 			reach := tc.reachable
 			if reach == nil {
 				reach = all

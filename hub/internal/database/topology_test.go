@@ -2,9 +2,12 @@ package database
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -35,11 +38,31 @@ type cnpgModel struct {
 	owns       func(string) bool
 	n          int
 	maxPrimary int
+	passes     int
+	// restartpointEvery is how many passes (simulated seconds) apart the
+	// standbys make restartpoints: PostgreSQL's default checkpoint_timeout
+	// (5m) is fleetdb's default stepTimeout; psDB's is 10s.
+	restartpointEvery int
+}
+
+const restartpointEvery = 30
+
+// demotionToken is a token as CloudNativePG writes it: base64 of the
+// demoted primary's pg_controldata (PgControldataTokenContent in
+// pkg/utils/parser.go, v1.30.0); n makes each one unique, as the REDO
+// location does.
+func demotionToken(system string, timeline int64, n int) string {
+	b, _ := json.Marshal(map[string]string{
+		"latestCheckpointTimelineID": strconv.FormatInt(timeline, 10), "databaseSystemIdentifier": system,
+		"latestCheckpointREDOLocation": fmt.Sprintf("0/%X", n<<24), "operatorVersion": "1.30.0",
+	})
+	return base64.StdEncoding.EncodeToString(b)
 }
 
 func newModel(members ...string) *cnpgModel {
 	m := &cnpgModel{spec: map[string]topology.RenderedRole{}, status: map[string]*member.ReplicationStatus{},
-		frozen: map[string]bool{}, hung: map[string]bool{}, unhealthy: map[string]bool{}, diverged: map[string]bool{}, issued: map[string]bool{}}
+		frozen: map[string]bool{}, hung: map[string]bool{}, unhealthy: map[string]bool{}, diverged: map[string]bool{}, issued: map[string]bool{},
+		restartpointEvery: restartpointEvery}
 	for _, name := range members {
 		m.status[name] = &member.ReplicationStatus{SystemID: "7400000000000000001", TimelineID: 1}
 	}
@@ -75,7 +98,7 @@ func (m *cnpgModel) render(db *fleetv1alpha1.Database) {
 		switch {
 		case prev.Primary == name && role.Primary != name:
 			m.n++
-			st.DemotionToken = fmt.Sprintf("token-%d", m.n)
+			st.DemotionToken = demotionToken(st.SystemID, st.TimelineID, m.n)
 			m.issued[st.DemotionToken] = true
 		case role.Primary == name && prev.Primary != name && prev.Primary != "" && role.PromotionToken != "" && m.issued[role.PromotionToken]:
 			st.LastPromotionToken = role.PromotionToken
@@ -87,8 +110,16 @@ func (m *cnpgModel) render(db *fleetv1alpha1.Database) {
 		st.RunsPrimary = role.Primary == name
 		st.Healthy = !m.unhealthy[name]
 	}
+	// A standby reports the timeline of its last restartpoint
+	// (pg_control_checkpoint() in fillStatusFromReplica,
+	// pkg/management/postgres/probes.go, CloudNativePG v1.30.0), which
+	// PostgreSQL makes every checkpoint_timeout: after a promotion it goes
+	// on reporting the older timeline for a while. The model makes one
+	// every restartpointEvery passes, longer than psDB's step timeout.
+	m.passes++
 	for name, st := range m.status {
-		if p := m.status[st.Primary]; !st.RunsPrimary && !m.diverged[name] && p != nil && p.TimelineID > st.TimelineID {
+		if p := m.status[st.Primary]; !st.RunsPrimary && !m.diverged[name] && p != nil && p.TimelineID > st.TimelineID &&
+			m.passes%m.restartpointEvery == 0 {
 			st.TimelineID = p.TimelineID
 		}
 	}
@@ -168,6 +199,42 @@ func TestSwitchover(t *testing.T) {
 	drive(db, m, &now, 20)
 	g.Expect(db.Status.Topology.PrimaryCluster).To(Equal("a"))
 	g.Expect(m.maxPrimary).To(Equal(1))
+}
+
+// TestSwitchoverBackBeforeRestartpoint: right after a switchover the
+// demoted primary still reports the older timeline (CloudNativePG reports
+// a standby's last restartpoint's); a switchover back to it goes through,
+// since the demotion token shows it ends where the new primary's timeline
+// branched. A member on another timeline than the token's is still waited
+// for.
+func TestSwitchoverBackBeforeRestartpoint(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	db, m := psDB("a"), newModel("a", "b", "c")
+	m.restartpointEvery = 1000 // none within the test
+	drive(db, m, &now, 5)
+	db.Spec.Topology.PrimaryCluster = "b"
+	drive(db, m, &now, 20)
+	g.Expect(db.Status.Topology.PrimaryCluster).To(Equal("b"))
+	g.Expect(m.status["a"].TimelineID).To(Equal(int64(1)), "a reports its last restartpoint's timeline")
+	g.Expect(m.status["b"].TimelineID).To(Equal(int64(2)))
+
+	// c was a standby, not the demoted primary: nothing shows it follows.
+	db.Spec.Topology.PrimaryCluster = "c"
+	pass := drive(db, m, &now, 15)
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTargetUnhealthy), pass.Msg)
+	g.Expect(m.spec["c"].Primary).To(Equal("b"), "nothing was changed")
+	db.Spec.Topology.PrimaryCluster = "b" // abort
+	drive(db, m, &now, 5)
+
+	// Back to a, which b replaced with its demotion token.
+	db.Spec.Topology.PrimaryCluster = "a"
+	pass = drive(db, m, &now, 20)
+	st := db.Status.Topology
+	g.Expect(st.PrimaryCluster).To(Equal("a"), pass.Msg)
+	g.Expect(st.LastSwitchover.Outcome).To(Equal(topology.SwitchoverSucceeded))
+	g.Expect(st.LastSwitchover.From).To(Equal("b"))
+	g.Expect(m.maxPrimary).To(Equal(1), "never two members rendered primary")
 }
 
 func TestSwitchoverTargetUnhealthy(t *testing.T) {
@@ -252,9 +319,10 @@ func TestForcedFailover(t *testing.T) {
 	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonFenced), pass.Msg)
 	g.Expect(pass.Msg).To(And(ContainSubstring("a does not stream from b"), ContainSubstring("a on timeline 1, b on timeline 2"), ContainSubstring("delete its CloudNativePG Cluster in a")))
 
-	// Rebuilt (its Cluster deleted and cloned from b): released.
+	// Rebuilt (its Cluster deleted and cloned from b): released once it
+	// reports b's timeline (its first restartpoint).
 	m.diverged["a"] = false
-	pass = drive(db, m, &now, 3)
+	pass = drive(db, m, &now, restartpointEvery)
 	g.Expect(db.Status.Topology.Fenced).To(BeEmpty())
 	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), pass.Msg)
 	g.Expect(topology.MemberRoleOf(db.Status.Topology, "a")).To(Equal(fleetv1alpha1.RoleStandby))
@@ -276,7 +344,7 @@ func TestForcedFailoverReachable(t *testing.T) {
 	g.Expect(m.spec["b"].Primary).To(Equal("a"), "not promoted while a may still be primary")
 
 	m.hung["a"] = false
-	pass = drive(db, m, &now, 10)
+	pass = drive(db, m, &now, restartpointEvery)
 	st := db.Status.Topology
 	g.Expect(st.PrimaryCluster).To(Equal("b"))
 	g.Expect(st.LastSwitchover.Kind).To(Equal(fleetv1alpha1.SwitchoverForced))

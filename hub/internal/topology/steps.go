@@ -134,13 +134,40 @@ func (t *Pass) checkTarget(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
 		return false, "waiting for a report of the primary " + sw.From + " (a switchover needs it reachable; to promote without it, set spec.topology.failover)"
 	case to == nil || !to.Healthy || to.Primary != sw.From:
 		return false, "waiting for " + sw.To + " to be a healthy standby of " + sw.From
-	case !to.StreamsFrom(from):
+	case !to.StreamsFrom(from) && !t.demotedCleanly(sw.To, to, from):
 		// Healthy is pg_isready; promoting a standby that does not stream
 		// from the primary loses what it did not receive.
 		return false, "waiting for " + sw.To + " to stream from " + sw.From + ": " + streamGap(sw.To, to, sw.From, from)
 	}
 	sw.IgnoredDemotionToken = from.DemotionToken
 	return true, ""
+}
+
+// demotedCleanly says whether target is a former primary that was demoted
+// cleanly and has followed primary since: it reports a demotion token
+// (status.demotionToken, which CloudNativePG keeps on the demoted Cluster
+// and clears once the Cluster is no longer a replica: updateResourceStatus
+// in internal/controller/cluster_status.go, v1.30.0) of the same system, it still reports that token's timeline, the primary
+// is on the next one, and it is not fenced (a forced promotion does not
+// wait for the old primary's last WAL). Such a member follows the primary
+// although it reports the older timeline: its WAL ends at the shutdown
+// checkpoint the token records, which a planned switchover's target replays
+// before it promotes itself (verifyPromotionToken in
+// internal/management/controller/instance_token.go, v1.30.0), and the
+// primary's timeline branches after it; had it run as a primary again since,
+// it would report a later timeline. The older timeline is what CloudNativePG
+// reports for a standby until its next restartpoint, up to a
+// checkpoint_timeout after the promotion's checkpoint
+// (pg_control_checkpoint() in fillStatusFromReplica,
+// pkg/management/postgres/probes.go, v1.30.0): without this a switchover back
+// within minutes waited at CheckTarget until its step timed out (found on
+// real nodes, test/realdb).
+func (t *Pass) demotedCleanly(target string, to *member.ReplicationStatus, from *member.ReplicationStatus) bool {
+	if slices.Contains(t.Status.Fenced, target) {
+		return false
+	}
+	system, timeline, ok := member.DemotionTokenCheckpoint(to.DemotionToken)
+	return ok && to.SystemID == system && from.SystemID == system && to.TimelineID == timeline && from.TimelineID == timeline+1
 }
 
 // streamGap says why m (reporting r) is not seen streaming from p
