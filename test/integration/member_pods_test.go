@@ -103,6 +103,15 @@ func TestMemberAgentScope(t *testing.T) {
 	g.Expect(upload.Spec.Template.Spec.InitContainers).NotTo(BeEmpty(), "a backup with an S3 upload step")
 	g.Expect(agent.Create(ctx, upload)).To(Succeed(), "the backup Job with its S3 upload as fleetdb renders it")
 
+	// The pod policy and its binding load on their own, after the scope
+	// policy the wait above saw: wait for them the same way (a dry run).
+	g.Eventually(func() bool {
+		probe := sts.DeepCopy()
+		probe.ResourceVersion, probe.Name = "", "probe"
+		privileged(&probe.Spec.Template.Spec.Containers[0])
+		return apierrors.IsForbidden(agent.Create(ctx, probe, client.DryRunAll))
+	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "the pod policy never took effect")
+
 	// Pod templates beyond what fleetdb renders.
 	for what, change := range map[string]func(*corev1.PodSpec){
 		"a privileged container": func(p *corev1.PodSpec) { privileged(&p.Containers[0]) },
