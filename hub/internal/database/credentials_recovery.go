@@ -147,15 +147,14 @@ func (r *databaseReconciler) memberCredentials(ctx context.Context, db *fleetv1a
 		}
 		err = cl.GetClient().Get(cctx, key, &s)
 	}
-	switch {
-	case apierrors.IsNotFound(err) && placed:
-		// The member cache holds only fleetdb's labelled objects; a Secret
-		// kept by a Retain teardown lost those labels: read it directly.
-		return r.retainedMemberCredentials(cctx, cl.GetAPIReader(), db, key)
-	case err != nil:
+	if err != nil {
 		return nil, apierrors.IsNotFound(err)
 	}
 	l := s.Labels
+	if placed && l[fleetv1alpha1.LabelManagedBy] == "" {
+		// A Secret kept by a Retain teardown lost fleetdb's labels.
+		return retainedMemberCredentials(&s)
+	}
 	if l[fleetv1alpha1.LabelDatabaseNamespace] != db.Namespace || l[fleetv1alpha1.LabelDatabaseName] != db.Name ||
 		len(s.Data["username"]) == 0 || len(s.Data["password"]) == 0 {
 		return nil, true
@@ -166,20 +165,17 @@ func (r *databaseReconciler) memberCredentials(ctx context.Context, db *fleetv1a
 	return &s, true
 }
 
-// retainedMemberCredentials reads the Secret a Retain teardown of an earlier
+// retainedMemberCredentials is the Secret a Retain teardown of an earlier
 // Database of this name kept in a member (fleetdb's labels stripped, its
-// deletion-policy annotation kept): its password is the one the retained
-// data was initialised with, so a re-created Database must use it.
-func (r *databaseReconciler) retainedMemberCredentials(ctx context.Context, live client.Reader, db *fleetv1alpha1.Database, key client.ObjectKey) (*corev1.Secret, bool) {
-	var s corev1.Secret
-	if err := live.Get(ctx, key, &s); err != nil {
-		return nil, apierrors.IsNotFound(err)
-	}
+// deletion-policy annotation kept), or nil for any other unlabelled Secret:
+// its password is the one the retained data was initialised with, so a
+// re-created Database must use it.
+func retainedMemberCredentials(s *corev1.Secret) (*corev1.Secret, bool) {
 	_, released := s.Annotations[fleetv1alpha1.AnnotationDeletionPolicy]
-	if !released || s.Labels[fleetv1alpha1.LabelManagedBy] != "" || len(s.Data["username"]) == 0 || len(s.Data["password"]) == 0 {
+	if !released || len(s.Data["username"]) == 0 || len(s.Data["password"]) == 0 {
 		return nil, true
 	}
-	return &s, true
+	return s, true
 }
 
 // credentialsFromMembers is ensureCredentials' recovery step: the copy a
