@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -96,11 +97,14 @@ func ShardingSpec(ctx context.Context, in ShardingInput) {
 		WaitForDatabaseReady(ctx, WaitForDatabaseReadyInput{T: t, Fleet: f, Key: client.ObjectKeyFromObject(db), Members: members, Replicas: 1})
 	}
 	expectShardedBackupRefused(ctx, t, f, dbs[0])
-	// At rest: no placement written in a quiet window.
+	// At rest: in a quiet window, no placement written, and no write by a
+	// replica at all (hub or member) but its own peer Lease renewals and
+	// the leader's Lease renewals.
 	time.Sleep(3 * time.Second)
 	quiet := time.Now()
-	time.Sleep(10 * time.Second)
+	time.Sleep(15 * time.Second)
 	expectNoPlacementWrites(t, in.AuditLog, quiet, time.Now())
+	expectSilentAtRest(t, in.AuditLog, members, quiet, time.Now())
 	g.Expect(ownersNow(ctx, g, f, ns, members)).To(Equal(owners), "the members' owners changed without a replica joining or leaving")
 
 	victim := pickVictim(owners, leader)
@@ -175,36 +179,70 @@ func waitForShards(ctx context.Context, t testing.TB, f *Fleet, hubs *localfleet
 	return owners
 }
 
-// ownersNow reads every member's fence Lease: member → replica name ("" when free or expired).
+// ownersNow reads every member's fence Lease: member → replica name ("" when
+// free or its holder is not live).
 func ownersNow(ctx context.Context, g Gomega, f *Fleet, ns string, members []string) map[string]string {
-	return readFences(ctx, g, f, ns, members, fenceHolder)
-}
-
-// readFences reads every member's fence Lease: member → holder(lease).
-func readFences(ctx context.Context, g Gomega, f *Fleet, ns string, members []string, holder func(*coordinationv1.Lease) string) map[string]string {
-	out := map[string]string{}
-	for _, m := range members {
-		l := &coordinationv1.Lease{}
-		g.Expect(f.Hub.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: hub.ShardFencePrefix + "-" + m}, l)).To(Succeed(), "fence of %s", m)
-		out[m] = holder(l)
+	out := readFences(ctx, g, f, ns, members)
+	for m, id := range out {
+		out[m] = shortID(id)
 	}
 	return out
 }
 
-// fenceHolder is the replica name of a fence's live holder ("hub-0" of
-// "hub-0-<uuid>"), "" when none.
-func fenceHolder(l *coordinationv1.Lease) string {
-	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
-		return ""
+// readFences reads every member's fence Lease: member → its holder's peer
+// ID while that holder's own peer Lease is live (a fence is valid as long
+// as its holder is: docs/sharding.md), "" otherwise.
+func readFences(ctx context.Context, g Gomega, f *Fleet, ns string, members []string) map[string]string {
+	live := livePeers(ctx, g, f, ns)
+	out := map[string]string{}
+	for _, m := range members {
+		l := &coordinationv1.Lease{}
+		g.Expect(f.Hub.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: hub.ShardFencePrefix + "-" + m}, l)).To(Succeed(), "fence of %s", m)
+		if id := ptr.Deref(l.Spec.HolderIdentity, ""); slices.Contains(live, id) {
+			out[m] = id
+		} else {
+			out[m] = ""
+		}
 	}
-	if time.Now().After(l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)) {
-		return ""
+	return out
+}
+
+// expectSilentAtRest reads every audit log of the fleet: in [from, to) no
+// replica wrote anything to a member, nor to the hub but Leases of its own
+// liveness (its peer Lease, the elected leader's Lease), and no replica
+// renewed its peer Lease more than once per ShardPeerRenew. It logs what
+// it counted.
+func expectSilentAtRest(t testing.TB, auditLog func(string) string, members []string, from, to time.Time) {
+	t.Helper()
+	g := NewWithT(t)
+	var bad []string
+	peerRenewals := map[string]int{}
+	leaderRenewals := 0
+	for _, c := range append([]string{"hub"}, members...) {
+		writes, err := readAuditWrites(auditLog(c))
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, w := range writes {
+			if w.Replica == "" || w.Received.Before(from) || !w.Received.Before(to) {
+				continue
+			}
+			_, name, _ := strings.Cut(w.Object, "/")
+			switch {
+			case c == "hub" && w.Resource == "leases" && w.Verb == "update" && strings.HasPrefix(name, hub.ShardPeerPrefix+"-"):
+				peerRenewals[w.Replica]++
+				continue
+			case c == "hub" && w.Resource == "leases" && w.Verb == "update" && name == hub.LeaderElectionID:
+				leaderRenewals++
+				continue
+			}
+			bad = append(bad, fmt.Sprintf("%s: %s %s by %s at %s", c, w.Verb, w.Object, w.Replica, w.Received.Format(time.RFC3339Nano)))
+		}
 	}
-	parts := strings.SplitN(*l.Spec.HolderIdentity, "-", 3)
-	if len(parts) < 3 {
-		return *l.Spec.HolderIdentity
+	window := to.Sub(from)
+	t.Logf("at rest for %s: %d other writes; peer Lease renewals by replica: %v; leader Lease renewals: %d", window.Round(time.Second), len(bad), peerRenewals, leaderRenewals)
+	g.Expect(bad).To(BeEmpty(), "written at rest")
+	for id, n := range peerRenewals {
+		g.Expect(n).To(BeNumerically("<=", int(window/hub.ShardPeerRenew)+1), "%s renewed its peer Lease more than once per %s", id, hub.ShardPeerRenew)
 	}
-	return parts[0] + "-" + parts[1]
 }
 
 func byOwner(owners map[string]string) map[string][]string {
@@ -260,7 +298,10 @@ func waitForTakeover(ctx context.Context, t testing.TB, f *Fleet, ns string, los
 		for _, m := range lost {
 			l := &coordinationv1.Lease{}
 			g.Expect(f.Hub.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: hub.ShardFencePrefix + "-" + m}, l)).To(Succeed())
-			o := fenceHolder(l)
+			o := shortID(ptr.Deref(l.Spec.HolderIdentity, ""))
+			if !slices.Contains(livePeers(ctx, g, f, ns), ptr.Deref(l.Spec.HolderIdentity, "")) {
+				o = ""
+			}
 			g.Expect(o).NotTo(BeEmpty(), "%s: no live fence holder yet", m)
 			g.Expect(o).NotTo(Equal(victim), "%s: still held by the killed replica", m)
 			g.Expect(replicas).To(ContainElement(o))

@@ -95,7 +95,7 @@ func liveHolder(l *coordinationv1.Lease) string {
 // fenceIDs reads every member's fence: member → holder peer ID ("" when
 // free or expired).
 func fenceIDs(ctx context.Context, g Gomega, f *Fleet, ns string, members []string) map[string]string {
-	return readFences(ctx, g, f, ns, members, liveHolder)
+	return readFences(ctx, g, f, ns, members)
 }
 
 // hrwOwners is the owner rendezvous hashing picks for every member among
