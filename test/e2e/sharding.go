@@ -13,9 +13,11 @@ import (
 
 	. "github.com/onsi/gomega" //nolint:staticcheck // ST1001: gomega's DSL reads as assertions, as in Cluster API's test/framework
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -118,20 +120,30 @@ func ShardingSpec(ctx context.Context, in ShardingInput) {
 	killed := time.Now()
 	g.Expect(in.Hubs.Replica(victim).Kill()).To(Succeed())
 	t.Logf("killed %s (leader: %t) with SIGKILL; its members: %v", victim, victim == leader, lost)
+	// A change while the victim's members have no owner: their new owners
+	// have a member write to make once they hold the fences (the takeover
+	// → first member write figure).
+	h := &handover{in: in, ns: ns, members: members, tenant: tenant, dbs: dbs,
+		killed: map[string]time.Time{WaitForStandbyID(ctx, t, in.Hubs.Replica(victim)): killed}}
+	pending := client.ObjectKeyFromObject(dbs[n-1])
+	pendingMemory := resource.MustParse("40Mi")
+	pendingGen := setMemoryRequest(ctx, g, f, pending, pendingMemory)
 
 	acquired := waitForTakeover(ctx, t, f, ns, lost, victim, in.Hubs.Names())
 	for _, db := range dbs {
 		WaitForDatabaseReady(ctx, WaitForDatabaseReadyInput{T: t, Fleet: f, Key: client.ObjectKeyFromObject(db), Members: members, Replicas: 1})
 	}
+	h.expectConverged(ctx, pending, pendingGen, pendingMemory)
 	expectExactMemberObjects(ctx, t, f, tenant, dbs)
 	firstWrites := expectShardWriters(t, f, in.AuditLog, owners, killed)
+	expectNoWriteBeforeFence(t, in.AuditLog, lost, killed, ownersNow(ctx, g, f, ns, members), acquired)
 	g.Expect(flaps.bad()).To(BeEmpty(), "a Database's status left Ready for a wrong phase")
 
 	var report []string
 	for _, m := range lost {
 		fw := "none"
 		if w, ok := firstWrites[m]; ok {
-			fw = w.Sub(killed).Round(10 * time.Millisecond).String()
+			fw = fmt.Sprintf("%s (%s after the fence)", w.Sub(killed).Round(10*time.Millisecond), w.Sub(acquired[m]).Round(10*time.Millisecond))
 		}
 		report = append(report, fmt.Sprintf("%s: fence %s, first write %s", m, acquired[m].Sub(killed).Round(10*time.Millisecond), fw))
 	}
@@ -141,8 +153,6 @@ func ShardingSpec(ctx context.Context, in ShardingInput) {
 	fmt.Fprintln(os.Stderr, msg)
 
 	// A replica joins, then the leader is killed; the phase watch goes on.
-	h := &handover{in: in, ns: ns, members: members, tenant: tenant, dbs: dbs,
-		killed: map[string]time.Time{WaitForStandbyID(ctx, t, in.Hubs.Replica(victim)): killed}}
 	h.join(ctx)
 	h.killLeader(ctx)
 	flaps.stop()
@@ -324,6 +334,48 @@ func expectNoPlacementWrites(t testing.TB, auditLog func(string) string, from, t
 		}
 	}
 	NewWithT(t).Expect(in).To(BeEmpty(), "placements written at rest")
+}
+
+// setMemoryRequest changes a Database's memory request and returns its new generation.
+func setMemoryRequest(ctx context.Context, g Gomega, f *Fleet, key types.NamespacedName, memory resource.Quantity) int64 {
+	var gen int64
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		db := &fleetv1alpha1.Database{}
+		if err := f.Hub.Client.Get(ctx, key, db); err != nil {
+			return err
+		}
+		db.Spec.Resources.Requests.Memory = ptr.To(memory)
+		if err := f.Hub.Client.Update(ctx, db); err != nil {
+			return err
+		}
+		gen = db.Generation
+		return nil
+	})).To(Succeed())
+	return gen
+}
+
+// expectNoWriteBeforeFence reads the audit logs of the members taken over
+// after killed: each is written only by its new owner (owners, replica
+// names), and not before that owner took its fence (acquired): a standby
+// makes no member write before it holds the fence.
+func expectNoWriteBeforeFence(t testing.TB, auditLog func(string) string, lost []string, killed time.Time, owners map[string]string, acquired map[string]time.Time) {
+	t.Helper()
+	g := NewWithT(t)
+	for _, m := range lost {
+		writes, err := readAuditWrites(auditLog(m))
+		g.Expect(err).NotTo(HaveOccurred())
+		var bad []string
+		for _, w := range writes {
+			if !countedWrite(w) || w.Replica == "" || w.Received.Before(killed) {
+				continue
+			}
+			if r := replicaName(w.Replica); r != owners[m] || w.Received.Before(acquired[m]) {
+				bad = append(bad, fmt.Sprintf("%s %s by %s at %s (fence taken by %s at %s)", w.Verb, w.Object, r,
+					w.Received.Format(time.RFC3339Nano), owners[m], acquired[m].Format(time.RFC3339Nano)))
+			}
+		}
+		g.Expect(bad).To(BeEmpty(), "%s: written after the kill by another replica than its new owner, or before it held the fence", m)
+	}
 }
 
 // expectShardWriters reads every member's audit log and proves: before the

@@ -13,7 +13,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/multicluster-runtime/pkg/manager/coordinator/sharded/sharder"
@@ -235,19 +234,7 @@ func (h *handover) killLeader(ctx context.Context) {
 	g.Expect(f.Hub.Client.Create(ctx, late)).To(Succeed())
 	changed := client.ObjectKeyFromObject(h.dbs[0])
 	memory := resource.MustParse("48Mi")
-	var gen int64
-	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		db := &fleetv1alpha1.Database{}
-		if err := f.Hub.Client.Get(ctx, changed, db); err != nil {
-			return err
-		}
-		db.Spec.Resources.Requests.Memory = ptr.To(memory)
-		if err := f.Hub.Client.Update(ctx, db); err != nil {
-			return err
-		}
-		gen = db.Generation
-		return nil
-	})).To(Succeed())
+	gen := setMemoryRequest(ctx, g, f, changed, memory)
 	h.dbs = append(h.dbs, late)
 
 	newID := WaitForLeader(ctx, t, f, lease, oldID)
