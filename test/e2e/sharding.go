@@ -53,11 +53,14 @@ type ShardingInput struct {
 //   - the members are split over the replicas: every member's fence Lease is
 //     held by a live replica, and more than one replica holds fences;
 //   - Databases placed on every member become Ready, and before the kill
-//     every member is written by its fence holder only, and the placements
-//     are written only on change (none in a quiet window once Ready);
-//   - a replica that owns members is killed with SIGKILL: every one of its
-//     members' fences is taken by a surviving replica, which writes to the
-//     member (the takeover times are logged, not asserted);
+//     every member is written by its fence holder only; at rest (a quiet
+//     window once Ready) no replica writes anything, to a member or to the
+//     hub, but its own liveness Leases, at most one peer Lease renewal per
+//     ShardPeerRenew (fences are not renewed);
+//   - a replica that owns members is killed with SIGKILL and a Database
+//     changed: every one of its members' fences is taken by a surviving
+//     replica, which writes the change to the member, and not before it
+//     holds the fence (the takeover times are logged, not asserted);
 //   - from the audit logs, no member object is written by two replicas at
 //     overlapping times, and the killed one writes nothing after the kill;
 //   - no Database's status leaves Ready for a wrong phase (Failed,
