@@ -38,6 +38,8 @@ type peerRegistry struct {
 
 	mu    sync.RWMutex
 	peers []sharder.PeerInfo
+	// last is the Lease as this replica last wrote it (the renewal loop's only).
+	last *coordinationv1.Lease
 	// renewed is the renewal time this replica last stored in its Lease.
 	renewed time.Time
 	stale   *time.Timer
@@ -66,20 +68,35 @@ func (r *peerRegistry) Current() bool {
 	return !r.renewed.IsZero() && time.Now().Before(r.renewed.Add(shardActWindow))
 }
 
-// Run renews this replica's Lease and lists the live peers every
-// ShardPeerRenew until ctx ends, then deletes its Lease.
+// Run renews this replica's Lease every ShardPeerRenew until ctx ends,
+// then deletes its Lease; the live peers are listed on their own ticker,
+// so a slow listing never delays a renewal.
 func (r *peerRegistry) Run(ctx context.Context) {
+	listed := make(chan struct{})
+	go func() {
+		defer close(listed)
+		t := time.NewTicker(ShardPeerRenew)
+		defer t.Stop()
+		for {
+			if err := r.refresh(ctx); err != nil && ctx.Err() == nil {
+				r.log.Info("Listing the peer Leases failed; retrying", "error", err.Error())
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
 	t := time.NewTicker(ShardPeerRenew)
 	defer t.Stop()
 	for {
 		if err := r.renew(ctx); err != nil && ctx.Err() == nil {
 			r.log.Info("Renewing this replica's peer Lease failed; retrying", "error", err.Error())
 		}
-		if err := r.refresh(ctx); err != nil && ctx.Err() == nil {
-			r.log.Info("Listing the peer Leases failed; retrying", "error", err.Error())
-		}
 		select {
 		case <-ctx.Done():
+			<-listed
 			r.mu.Lock()
 			r.renewed = time.Time{}
 			if r.stale != nil {
@@ -104,13 +121,20 @@ func (r *peerRegistry) lease() *coordinationv1.Lease {
 
 func peerLeaseName(id string) string { return ShardPeerPrefix + "-" + id }
 
+// renew stores a new renewal time in this replica's Lease: one update of
+// the Lease as last written (one call, the renewal time taken before it),
+// or a read first when there is none or that update failed.
 func (r *peerRegistry) renew(ctx context.Context) error {
-	now := metav1.NowMicro()
-	l := r.lease()
-	err := r.c.Get(ctx, client.ObjectKeyFromObject(l), l)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
+	l := r.last
+	r.last = nil
+	var err error
+	if l == nil {
+		l = r.lease()
+		if err = r.c.Get(ctx, client.ObjectKeyFromObject(l), l); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
 	}
+	now := metav1.NowMicro()
 	l.Spec.HolderIdentity = ptr.To(r.self.ID)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(ShardPeerTTL / time.Second))
 	l.Spec.RenewTime = &now
@@ -122,6 +146,7 @@ func (r *peerRegistry) renew(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.last = l
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ctx.Err() != nil {
