@@ -22,9 +22,12 @@ const (
 )
 
 // Sharding constants the hub's users (tests, dashboards) see: the per-member
-// fence Leases are named ShardFencePrefix-<member>; ShardProbe is the period
-// of the sharded coordinator's decision loop.
+// fence Leases are named ShardFencePrefix-<member>, the replicas' peer
+// Leases ShardPeerPrefix-<replica>, renewed every ShardPeerRenew; ShardProbe
+// is the period of the sharded coordinator's decision loop.
 const (
 	ShardFencePrefix = sharding.ShardFencePrefix
+	ShardPeerPrefix  = sharding.ShardPeerPrefix
+	ShardPeerRenew   = sharding.ShardPeerRenew
 	ShardProbe       = sharding.ShardProbe
 )

@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"sync"
+
+	"github.com/fleetdb/fleetdb/hub"
 )
 
 // auditPolicy makes every kube-apiserver of the bench fleet log one line per
@@ -29,8 +31,12 @@ const (
 	agentDirect = "bench-direct" // the baseline's server-side applies
 	agentDriver = "bench-driver" // the benchmark creating, changing and deleting Databases on the hub
 	agentOther  = "other"        // kube-controller-manager, scheduler, kwok, ...
-	uaDirect    = "fleetdb-bench-direct"
-	uaDriver    = "fleetdb-bench-driver"
+	// agentHubLiveness is the hub's renewals of its own liveness Leases (a
+	// sharded replica's peer Lease, the elected leader's Lease): counted
+	// apart, not as the hub's writes (one per replica and period, also at rest).
+	agentHubLiveness = "fleetdb-hub liveness"
+	uaDirect         = "fleetdb-bench-direct"
+	uaDriver         = "fleetdb-bench-driver"
 )
 
 func classifyAgent(ua string) string {
@@ -113,6 +119,7 @@ type auditEvent struct {
 	ObjectRef *struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
+		Name        string `json:"name"`
 	} `json:"objectRef"`
 	ResponseStatus *struct {
 		Code int `json:"code"`
@@ -178,9 +185,18 @@ func (a *auditCounter) read(cluster, path string) error {
 			res += fmt.Sprintf(" (%d)", ev.ResponseStatus.Code) // refused or failed writes are told apart
 		}
 		agent := classifyAgent(ev.UserAgent)
+		if agent == agentHub && cluster == "hub" && ev.Verb == "update" && ev.ObjectRef != nil && isLivenessLease(ev.ObjectRef.Resource, ev.ObjectRef.Name) {
+			agent = agentHubLiveness
+		}
 		a.counts[writeKey{Cluster: cluster, Agent: agent, Verb: ev.Verb, Resource: res}]++
 		ua, _, _ := strings.Cut(ev.UserAgent, " ")
 		a.agents[ua]++
 	}
 	return nil
+}
+
+// isLivenessLease tells a hub replica's own liveness Lease: its peer Lease
+// (sharded hub) or the elected leader's Lease.
+func isLivenessLease(resource, name string) bool {
+	return resource == "leases" && (strings.HasPrefix(name, hub.ShardPeerPrefix+"-") || name == hub.LeaderElectionID)
 }

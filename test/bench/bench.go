@@ -923,6 +923,7 @@ func (b *bench) endPhase(ctx context.Context, m *phaseMark, changes int, settleW
 		Changes:       changes,
 		HubToHub:      d.total(func(k writeKey) bool { return isHub(k) && k.Cluster == "hub" }),
 		HubToMembers:  d.total(func(k writeKey) bool { return isHub(k) && k.Cluster != "hub" }),
+		HubLiveness:   d.total(func(k writeKey) bool { return k.Agent == agentHubLiveness }),
 		Direct:        d.total(func(k writeKey) bool { return k.Agent == agentDirect }),
 		Others:        d.total(func(k writeKey) bool { return k.Agent == agentOther || k.Agent == agentDriver }),
 		HubClientSide: int(end.hub["client writes to hub"] + end.hub["client writes to members"] - m.hub["client writes to hub"] - m.hub["client writes to members"]),

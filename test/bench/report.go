@@ -92,6 +92,9 @@ type WritePhase struct {
 	// Written by the hub process, to the hub and to the members.
 	HubToHub     int `json:"hubToHub"`
 	HubToMembers int `json:"hubToMembers"`
+	// The hub's renewals of its own liveness Leases (peer Leases of a
+	// sharded hub, the leader's Lease), not in HubToHub.
+	HubLiveness int `json:"hubLivenessLeaseRenewals,omitempty"`
 	// The baseline's writes (to members only).
 	Direct int `json:"direct"`
 	// Everyone else (kube-controller-manager, scheduler, kwok, the bench driver).

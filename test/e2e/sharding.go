@@ -13,9 +13,12 @@ import (
 
 	. "github.com/onsi/gomega" //nolint:staticcheck // ST1001: gomega's DSL reads as assertions, as in Cluster API's test/framework
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -50,11 +53,14 @@ type ShardingInput struct {
 //   - the members are split over the replicas: every member's fence Lease is
 //     held by a live replica, and more than one replica holds fences;
 //   - Databases placed on every member become Ready, and before the kill
-//     every member is written by its fence holder only, and the placements
-//     are written only on change (none in a quiet window once Ready);
-//   - a replica that owns members is killed with SIGKILL: every one of its
-//     members' fences is taken by a surviving replica, which writes to the
-//     member (the takeover times are logged, not asserted);
+//     every member is written by its fence holder only; at rest (a quiet
+//     window once Ready) no replica writes anything, to a member or to the
+//     hub, but its own liveness Leases, at most one peer Lease renewal per
+//     ShardPeerRenew (fences are not renewed);
+//   - a replica that owns members is killed with SIGKILL and a Database
+//     changed: every one of its members' fences is taken by a surviving
+//     replica, which writes the change to the member, and not before it
+//     holds the fence (the takeover times are logged, not asserted);
 //   - from the audit logs, no member object is written by two replicas at
 //     overlapping times, and the killed one writes nothing after the kill;
 //   - no Database's status leaves Ready for a wrong phase (Failed,
@@ -96,11 +102,14 @@ func ShardingSpec(ctx context.Context, in ShardingInput) {
 		WaitForDatabaseReady(ctx, WaitForDatabaseReadyInput{T: t, Fleet: f, Key: client.ObjectKeyFromObject(db), Members: members, Replicas: 1})
 	}
 	expectShardedBackupRefused(ctx, t, f, dbs[0])
-	// At rest: no placement written in a quiet window.
+	// At rest: in a quiet window, no placement written, and no write by a
+	// replica at all (hub or member) but its own peer Lease renewals and
+	// the leader's Lease renewals.
 	time.Sleep(3 * time.Second)
 	quiet := time.Now()
-	time.Sleep(10 * time.Second)
+	time.Sleep(15 * time.Second)
 	expectNoPlacementWrites(t, in.AuditLog, quiet, time.Now())
+	expectSilentAtRest(t, in.AuditLog, members, quiet, time.Now())
 	g.Expect(ownersNow(ctx, g, f, ns, members)).To(Equal(owners), "the members' owners changed without a replica joining or leaving")
 
 	victim := pickVictim(owners, leader)
@@ -114,20 +123,30 @@ func ShardingSpec(ctx context.Context, in ShardingInput) {
 	killed := time.Now()
 	g.Expect(in.Hubs.Replica(victim).Kill()).To(Succeed())
 	t.Logf("killed %s (leader: %t) with SIGKILL; its members: %v", victim, victim == leader, lost)
+	// A change while the victim's members have no owner: their new owners
+	// have a member write to make once they hold the fences (the takeover
+	// → first member write figure).
+	h := &handover{in: in, ns: ns, members: members, tenant: tenant, dbs: dbs,
+		killed: map[string]time.Time{WaitForStandbyID(ctx, t, in.Hubs.Replica(victim)): killed}}
+	pending := client.ObjectKeyFromObject(dbs[n-1])
+	pendingMemory := resource.MustParse("40Mi")
+	pendingGen := setMemoryRequest(ctx, g, f, pending, pendingMemory)
 
 	acquired := waitForTakeover(ctx, t, f, ns, lost, victim, in.Hubs.Names())
 	for _, db := range dbs {
 		WaitForDatabaseReady(ctx, WaitForDatabaseReadyInput{T: t, Fleet: f, Key: client.ObjectKeyFromObject(db), Members: members, Replicas: 1})
 	}
+	h.expectConverged(ctx, pending, pendingGen, pendingMemory)
 	expectExactMemberObjects(ctx, t, f, tenant, dbs)
 	firstWrites := expectShardWriters(t, f, in.AuditLog, owners, killed)
+	expectNoWriteBeforeFence(t, in.AuditLog, lost, killed, ownersNow(ctx, g, f, ns, members), acquired)
 	g.Expect(flaps.bad()).To(BeEmpty(), "a Database's status left Ready for a wrong phase")
 
 	var report []string
 	for _, m := range lost {
 		fw := "none"
 		if w, ok := firstWrites[m]; ok {
-			fw = w.Sub(killed).Round(10 * time.Millisecond).String()
+			fw = fmt.Sprintf("%s (%s after the fence)", w.Sub(killed).Round(10*time.Millisecond), w.Sub(acquired[m]).Round(10*time.Millisecond))
 		}
 		report = append(report, fmt.Sprintf("%s: fence %s, first write %s", m, acquired[m].Sub(killed).Round(10*time.Millisecond), fw))
 	}
@@ -137,8 +156,6 @@ func ShardingSpec(ctx context.Context, in ShardingInput) {
 	fmt.Fprintln(os.Stderr, msg)
 
 	// A replica joins, then the leader is killed; the phase watch goes on.
-	h := &handover{in: in, ns: ns, members: members, tenant: tenant, dbs: dbs,
-		killed: map[string]time.Time{WaitForStandbyID(ctx, t, in.Hubs.Replica(victim)): killed}}
 	h.join(ctx)
 	h.killLeader(ctx)
 	flaps.stop()
@@ -175,36 +192,70 @@ func waitForShards(ctx context.Context, t testing.TB, f *Fleet, hubs *localfleet
 	return owners
 }
 
-// ownersNow reads every member's fence Lease: member → replica name ("" when free or expired).
+// ownersNow reads every member's fence Lease: member → replica name ("" when
+// free or its holder is not live).
 func ownersNow(ctx context.Context, g Gomega, f *Fleet, ns string, members []string) map[string]string {
-	return readFences(ctx, g, f, ns, members, fenceHolder)
-}
-
-// readFences reads every member's fence Lease: member → holder(lease).
-func readFences(ctx context.Context, g Gomega, f *Fleet, ns string, members []string, holder func(*coordinationv1.Lease) string) map[string]string {
-	out := map[string]string{}
-	for _, m := range members {
-		l := &coordinationv1.Lease{}
-		g.Expect(f.Hub.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: hub.ShardFencePrefix + "-" + m}, l)).To(Succeed(), "fence of %s", m)
-		out[m] = holder(l)
+	out := readFences(ctx, g, f, ns, members)
+	for m, id := range out {
+		out[m] = shortID(id)
 	}
 	return out
 }
 
-// fenceHolder is the replica name of a fence's live holder ("hub-0" of
-// "hub-0-<uuid>"), "" when none.
-func fenceHolder(l *coordinationv1.Lease) string {
-	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
-		return ""
+// readFences reads every member's fence Lease: member → its holder's peer
+// ID while that holder's own peer Lease is live (a fence is valid as long
+// as its holder is: docs/sharding.md), "" otherwise.
+func readFences(ctx context.Context, g Gomega, f *Fleet, ns string, members []string) map[string]string {
+	live := livePeers(ctx, g, f, ns)
+	out := map[string]string{}
+	for _, m := range members {
+		l := &coordinationv1.Lease{}
+		g.Expect(f.Hub.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: hub.ShardFencePrefix + "-" + m}, l)).To(Succeed(), "fence of %s", m)
+		if id := ptr.Deref(l.Spec.HolderIdentity, ""); slices.Contains(live, id) {
+			out[m] = id
+		} else {
+			out[m] = ""
+		}
 	}
-	if time.Now().After(l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)) {
-		return ""
+	return out
+}
+
+// expectSilentAtRest reads every audit log of the fleet: in [from, to) no
+// replica wrote anything to a member, nor to the hub but Leases of its own
+// liveness (its peer Lease, the elected leader's Lease), and no replica
+// renewed its peer Lease more than once per ShardPeerRenew. It logs what
+// it counted.
+func expectSilentAtRest(t testing.TB, auditLog func(string) string, members []string, from, to time.Time) {
+	t.Helper()
+	g := NewWithT(t)
+	var bad []string
+	peerRenewals := map[string]int{}
+	leaderRenewals := 0
+	for _, c := range append([]string{"hub"}, members...) {
+		writes, err := readAuditWrites(auditLog(c))
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, w := range writes {
+			if w.Replica == "" || w.Received.Before(from) || !w.Received.Before(to) {
+				continue
+			}
+			_, name, _ := strings.Cut(w.Object, "/")
+			switch {
+			case c == "hub" && w.Resource == "leases" && w.Verb == "update" && strings.HasPrefix(name, hub.ShardPeerPrefix+"-"):
+				peerRenewals[w.Replica]++
+				continue
+			case c == "hub" && w.Resource == "leases" && w.Verb == "update" && name == hub.LeaderElectionID:
+				leaderRenewals++
+				continue
+			}
+			bad = append(bad, fmt.Sprintf("%s: %s %s by %s at %s", c, w.Verb, w.Object, w.Replica, w.Received.Format(time.RFC3339Nano)))
+		}
 	}
-	parts := strings.SplitN(*l.Spec.HolderIdentity, "-", 3)
-	if len(parts) < 3 {
-		return *l.Spec.HolderIdentity
+	window := to.Sub(from)
+	t.Logf("at rest for %s: %d other writes; peer Lease renewals by replica: %v; leader Lease renewals: %d", window.Round(time.Second), len(bad), peerRenewals, leaderRenewals)
+	g.Expect(bad).To(BeEmpty(), "written at rest")
+	for id, n := range peerRenewals {
+		g.Expect(n).To(BeNumerically("<=", int(window/hub.ShardPeerRenew)+1), "%s renewed its peer Lease more than once per %s", id, hub.ShardPeerRenew)
 	}
-	return parts[0] + "-" + parts[1]
 }
 
 func byOwner(owners map[string]string) map[string][]string {
@@ -260,7 +311,10 @@ func waitForTakeover(ctx context.Context, t testing.TB, f *Fleet, ns string, los
 		for _, m := range lost {
 			l := &coordinationv1.Lease{}
 			g.Expect(f.Hub.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: hub.ShardFencePrefix + "-" + m}, l)).To(Succeed())
-			o := fenceHolder(l)
+			o := shortID(ptr.Deref(l.Spec.HolderIdentity, ""))
+			if !slices.Contains(livePeers(ctx, g, f, ns), ptr.Deref(l.Spec.HolderIdentity, "")) {
+				o = ""
+			}
 			g.Expect(o).NotTo(BeEmpty(), "%s: no live fence holder yet", m)
 			g.Expect(o).NotTo(Equal(victim), "%s: still held by the killed replica", m)
 			g.Expect(replicas).To(ContainElement(o))
@@ -283,6 +337,48 @@ func expectNoPlacementWrites(t testing.TB, auditLog func(string) string, from, t
 		}
 	}
 	NewWithT(t).Expect(in).To(BeEmpty(), "placements written at rest")
+}
+
+// setMemoryRequest changes a Database's memory request and returns its new generation.
+func setMemoryRequest(ctx context.Context, g Gomega, f *Fleet, key types.NamespacedName, memory resource.Quantity) int64 {
+	var gen int64
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		db := &fleetv1alpha1.Database{}
+		if err := f.Hub.Client.Get(ctx, key, db); err != nil {
+			return err
+		}
+		db.Spec.Resources.Requests.Memory = ptr.To(memory)
+		if err := f.Hub.Client.Update(ctx, db); err != nil {
+			return err
+		}
+		gen = db.Generation
+		return nil
+	})).To(Succeed())
+	return gen
+}
+
+// expectNoWriteBeforeFence reads the audit logs of the members taken over
+// after killed: each is written only by its new owner (owners, replica
+// names), and not before that owner took its fence (acquired): a standby
+// makes no member write before it holds the fence.
+func expectNoWriteBeforeFence(t testing.TB, auditLog func(string) string, lost []string, killed time.Time, owners map[string]string, acquired map[string]time.Time) {
+	t.Helper()
+	g := NewWithT(t)
+	for _, m := range lost {
+		writes, err := readAuditWrites(auditLog(m))
+		g.Expect(err).NotTo(HaveOccurred())
+		var bad []string
+		for _, w := range writes {
+			if !countedWrite(w) || w.Replica == "" || w.Received.Before(killed) {
+				continue
+			}
+			if r := replicaName(w.Replica); r != owners[m] || w.Received.Before(acquired[m]) {
+				bad = append(bad, fmt.Sprintf("%s %s by %s at %s (fence taken by %s at %s)", w.Verb, w.Object, r,
+					w.Received.Format(time.RFC3339Nano), owners[m], acquired[m].Format(time.RFC3339Nano)))
+			}
+		}
+		g.Expect(bad).To(BeEmpty(), "%s: written after the kill by another replica than its new owner, or before it held the fence", m)
+	}
 }
 
 // expectShardWriters reads every member's audit log and proves: before the

@@ -13,7 +13,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/multicluster-runtime/pkg/manager/coordinator/sharded/sharder"
@@ -95,7 +94,7 @@ func liveHolder(l *coordinationv1.Lease) string {
 // fenceIDs reads every member's fence: member → holder peer ID ("" when
 // free or expired).
 func fenceIDs(ctx context.Context, g Gomega, f *Fleet, ns string, members []string) map[string]string {
-	return readFences(ctx, g, f, ns, members, liveHolder)
+	return readFences(ctx, g, f, ns, members)
 }
 
 // hrwOwners is the owner rendezvous hashing picks for every member among
@@ -235,19 +234,7 @@ func (h *handover) killLeader(ctx context.Context) {
 	g.Expect(f.Hub.Client.Create(ctx, late)).To(Succeed())
 	changed := client.ObjectKeyFromObject(h.dbs[0])
 	memory := resource.MustParse("48Mi")
-	var gen int64
-	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		db := &fleetv1alpha1.Database{}
-		if err := f.Hub.Client.Get(ctx, changed, db); err != nil {
-			return err
-		}
-		db.Spec.Resources.Requests.Memory = ptr.To(memory)
-		if err := f.Hub.Client.Update(ctx, db); err != nil {
-			return err
-		}
-		gen = db.Generation
-		return nil
-	})).To(Succeed())
+	gen := setMemoryRequest(ctx, g, f, changed, memory)
 	h.dbs = append(h.dbs, late)
 
 	newID := WaitForLeader(ctx, t, f, lease, oldID)

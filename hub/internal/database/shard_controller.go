@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mccluster "sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -124,7 +125,30 @@ func (w *wiring) setupSharding() error {
 		},
 	}
 	w.opts.shards.OnOwned(w.shard.owned)
+	w.opts.shards.OnEngaged(warmMemberCaches)
 	return w.placementController()
+}
+
+// warmCacheTimeout bounds the wait for a warmed member informer's first
+// list (the informer itself runs as long as the member's cache).
+const warmCacheTimeout = 2 * time.Minute
+
+// warmMemberCaches starts, on every replica of a sharded hub and for every
+// member, owned or not, the member informers the member sync watches: reads
+// only (list and watch, fleetdb's objects by their managed-by label), so a
+// replica that takes a member over finds them synced and its first sync
+// does not wait for them (docs/sharding.md, "Warm standby"). The member
+// sync's watches, engaged on the owner only, share these informers.
+func warmMemberCaches(ctx context.Context, cluster string, cl mccluster.Cluster) {
+	ctx, cancel := context.WithTimeout(ctx, warmCacheTimeout)
+	defer cancel()
+	log := ctrl.LoggerFrom(ctx).WithValues("cluster", cluster)
+	for _, obj := range append(memberKinds(), &corev1.PersistentVolumeClaim{}) {
+		if _, err := cl.GetCache().GetInformer(ctx, obj); err != nil {
+			log.Info("Warming a member cache did not finish; the member's owner starts it when it takes the member", "error", err.Error())
+			return
+		}
+	}
 }
 
 // publishPlacements writes the plan's placements (the leader, --sharding);

@@ -1,7 +1,8 @@
 // Package sharding is what a sharded hub (--sharding, docs/sharding.md)
-// adds below the controllers: multicluster-runtime's sharded coordinator,
-// pinned and wrapped (Coordinator: which members this replica owns, by
-// their fence Leases), the replicas' peer Leases, the multicluster manager
+// adds below the controllers: the coordinator (Coordinator: which members
+// this replica owns, by rendezvous hashing, multicluster-runtime's sharder,
+// and by their fence Leases, valid while their holder's peer Lease is),
+// the replicas' peer Leases, the multicluster manager
 // built on them (NewMCManager), and the persisted placements the leader
 // writes and the members' owners report on (Placements). The Database
 // controller's half (what a placement means for its plans and results)
