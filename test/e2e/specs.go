@@ -74,7 +74,7 @@ func CreateReadySpec(ctx context.Context, in CreateReadyInput) {
 	// (the hub's patch would be one) owns the finalizers or the backend annotation.
 	creator := ""
 	for _, mf := range ready.ManagedFields {
-		if mf.FieldsV1 != nil && strings.Contains(string(mf.FieldsV1.Raw), `"f:spec"`) {
+		if mf.FieldsV1 != nil && strings.Contains(mf.FieldsV1.GetRawString(), `"f:spec"`) {
 			creator = mf.Manager
 		}
 	}
@@ -82,7 +82,7 @@ func CreateReadySpec(ctx context.Context, in CreateReadyInput) {
 	for _, mf := range ready.ManagedFields {
 		raw := ""
 		if mf.FieldsV1 != nil {
-			raw = string(mf.FieldsV1.Raw)
+			raw = mf.FieldsV1.GetRawString()
 		}
 		for _, field := range []string{`"f:finalizers"`, `"f:fleetdb.io/backend"`} {
 			if strings.Contains(raw, field) {
