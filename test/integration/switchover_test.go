@@ -104,11 +104,14 @@ func testSwitchoverRestarts(t *testing.T, e *env, sim *cnpgSim) {
 	}).WithTimeout(eventually).WithPolling(poll).ShouldNot(Equal(fleetv1alpha1.ClusterPhaseReady))
 	e.setPrimary(g, ns, "orders", "m2")
 	for i, h := range holds {
+		// A restarted hub first reports every member again (caches, Secret
+		// access, the job ledger): twice the usual wait, for a loaded
+		// machine; a switchover that stalls still fails here.
 		g.Eventually(func(g Gomega) {
 			sw := e.getDB(ns, "orders").Status.Topology.Switchover
 			g.Expect(sw).NotTo(BeNil())
 			g.Expect(sw.Step).To(Equal(h.step))
-		}).WithTimeout(eventually).WithPolling(50*time.Millisecond).Should(Succeed(), "the switchover reaches %s", h.step)
+		}).WithTimeout(2*eventually).WithPolling(50*time.Millisecond).Should(Succeed(), "the switchover reaches %s", h.step)
 		t.Logf("restarting the hub at step %s", h.step)
 		before := e.writes.Total("m1")
 		e.stopHub()
