@@ -36,73 +36,11 @@ import (
 func TestHubRunsCloudNativePGOnRealNodes(t *testing.T) {
 	requireRealNodes(t)
 	ctx := t.Context()
-	root := repoRoot(t)
-	work := t.TempDir()
 	start := time.Now()
-	images := strings.TrimSpace(script(ctx, t, nil, 60*time.Minute, "realnode-images.sh"))
-	pgVersion := readFile(t, filepath.Join(images, "postgresql-version"))
-	pgImage := readFile(t, filepath.Join(images, "postgresql-image"))
-
 	// Its own prefix, bridge and address ranges, apart from a fleet of
 	// `make run NODES=real` and from TestRealNodeRunsPodsAndLeavesNothing.
-	env := []string{
-		"FLEET_NODES=real",
-		"REALNODE_BRIDGE=fdbrdh0",
-		"REALNODE_NODE_NET=10.226",
-		"REALNODE_POD_NET=10.227",
-		"REALNODE_SERVICE_NET=10.228",
-	}
-	opts := localfleet.Options{
-		RepoRoot: root, Dir: filepath.Join(work, "fleet"), Prefix: "rdbhub", Members: 2, ExtraEnv: env,
-	}
-	log, err := os.Create(filepath.Join(work, "fleet.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.Log = log
-	allEnv := opts.Env()
-	t.Cleanup(func() {
-		// Cleanups run after the test's context is cancelled. hack/fleet.sh
-		// down removes the real nodes first; check then lists anything of
-		// them left on the host (processes, namespaces, links, routes,
-		// cgroups, mounts, iptables rules, state).
-		ctx := context.Background()
-		down := time.Now()
-		script(ctx, t, allEnv, 5*time.Minute, "fleet.sh", "down")
-		t.Logf("hack/fleet.sh down: %s", time.Since(down).Round(time.Second))
-		script(ctx, t, allEnv, time.Minute, "realnode.sh", "check")
-		if t.Failed() {
-			t.Logf("hack/fleet.sh's output:\n%s", localfleet.TailFile(log.Name(), 16<<10))
-		}
-		_ = log.Close()
-	})
-
-	hubBinary := filepath.Join(work, "fleetdb-hub")
-	built := make(chan error, 1)
-	go func() { built <- localfleet.BuildHub(ctx, root, hubBinary, nil) }()
-	lf, err := localfleet.Start(ctx, opts)
-	if err != nil {
-		t.Fatalf("the real-node fleet did not come up: %v\n%s", err, localfleet.TailFile(log.Name(), 16<<10))
-	}
-	t.Logf("fleet with 2 real-node members and the real CloudNativePG operator up in %s", time.Since(start).Round(time.Second))
-	if err := <-built; err != nil {
-		t.Fatal(err)
-	}
-
-	f := &e2e.Fleet{Kubectl: filepath.Join(lf.ToolsDir, "kubectl"), Intervals: e2e.DefaultIntervals()}
-	// Real pods: initdb, a standby's clone and real probes take minutes on
-	// a loaded 2-core machine.
-	f.Intervals.Ready, f.Intervals.Delete, f.Intervals.Poll = 15*time.Minute, 10*time.Minute, time.Second
-	if f.Hub, err = e2e.NewCluster("hub", lf.HubKubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range lf.MemberKubeconfigs {
-		c, err := e2e.NewCluster(m.Name, m.Path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.Members = append(f.Members, c)
-	}
+	r := startRealFleet(ctx, t, realNet{prefix: "rdbhub", bridge: "fdbrdh0", nodeNet: "10.226", podNet: "10.227", serviceNet: "10.228"}, nil)
+	f, lf, work, hubBinary, pgVersion, pgImage := r.f, r.lf, r.work, r.hubBinary, r.pgVersion, r.pgImage
 	hub, err := localfleet.StartHub(localfleet.HubOptions{
 		Binary: hubBinary, Kubeconfig: lf.HubIdentityKubeconfig, LogPath: filepath.Join(work, "hub.log"),
 	})

@@ -109,65 +109,16 @@ func TestPrimaryStandbyOnRealNodes(t *testing.T) {
 
 func startPSFleet(t *testing.T) *psFleet {
 	ctx := t.Context()
-	root := repoRoot(t)
-	work := t.TempDir()
-	start := time.Now()
-	images := strings.TrimSpace(script(ctx, t, nil, 60*time.Minute, "realnode-images.sh"))
-	pgVersion := readFile(t, filepath.Join(images, "postgresql-version"))
-	p := &psFleet{t: t, work: work, image: readFile(t, filepath.Join(images, "postgresql-image")),
-		stopped: map[string]bool{}, frozen: map[string]bool{}}
-	env := []string{
-		"FLEET_NODES=real",
-		"REALNODE_BRIDGE=" + psBridge,
-		"REALNODE_NODE_NET=" + psNodeNet,
-		"REALNODE_POD_NET=" + psPodNet,
-		"REALNODE_SERVICE_NET=" + psServiceNet,
-	}
-	opts := localfleet.Options{RepoRoot: root, Dir: filepath.Join(work, "fleet"), Prefix: psPrefix, Members: 2, ExtraEnv: env}
-	log, err := os.Create(filepath.Join(work, "fleet.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.Log = log
-	allEnv := opts.Env()
-	t.Cleanup(func() {
-		ctx := context.Background()
+	p := &psFleet{t: t, stopped: map[string]bool{}, frozen: map[string]bool{}}
+	r := startRealFleet(ctx, t, realNet{prefix: psPrefix, bridge: psBridge, nodeNet: psNodeNet, podNet: psPodNet, serviceNet: psServiceNet}, func() {
 		p.mu.Lock()
 		for m := range p.frozen {
 			_ = freezeNode(m, false)
 		}
 		p.mu.Unlock()
-		down := time.Now()
-		script(ctx, t, allEnv, 5*time.Minute, "fleet.sh", "down")
-		t.Logf("hack/fleet.sh down: %s", time.Since(down).Round(time.Second))
-		script(ctx, t, allEnv, time.Minute, "realnode.sh", "check")
-		if t.Failed() {
-			t.Logf("hack/fleet.sh's output:\n%s", localfleet.TailFile(log.Name(), 16<<10))
-		}
-		_ = log.Close()
 	})
-	p.binary = filepath.Join(work, "fleetdb-hub")
-	built := make(chan error, 1)
-	go func() { built <- localfleet.BuildHub(ctx, root, p.binary, nil) }()
-	if p.lf, err = localfleet.Start(ctx, opts); err != nil {
-		t.Fatalf("the real-node fleet did not come up: %v\n%s", err, localfleet.TailFile(log.Name(), 16<<10))
-	}
-	t.Logf("fleet with 2 real-node members and the real CloudNativePG operator up in %s", time.Since(start).Round(time.Second))
-	if err := <-built; err != nil {
-		t.Fatal(err)
-	}
-	p.f = &e2e.Fleet{Kubectl: filepath.Join(p.lf.ToolsDir, "kubectl"), Intervals: e2e.DefaultIntervals()}
-	p.f.Intervals.Ready, p.f.Intervals.Delete, p.f.Intervals.Poll = 15*time.Minute, 10*time.Minute, time.Second
-	if p.f.Hub, err = e2e.NewCluster("hub", p.lf.HubKubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range p.lf.MemberKubeconfigs {
-		c, err := e2e.NewCluster(m.Name, m.Path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.f.Members = append(p.f.Members, c)
-	}
+	p.f, p.lf, p.work, p.binary, p.image = r.f, r.lf, r.work, r.hubBinary, r.pgImage
+	pgVersion := r.pgVersion
 	p.startHub(ctx, t)
 	t.Cleanup(func() {
 		p.hub.Stop()
