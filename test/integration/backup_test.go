@@ -1,7 +1,12 @@
 package integration
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,21 +16,24 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/member"
+	"github.com/fleetdb/fleetdb/test/fleet"
 )
 
 // TestFinalBackup: a Database deleted with deletionPolicy Delete is backed
 // up in each member before its data goes there. envtest runs no Job
 // controller and no kubelet: finishBackupJobs plays both.
 func TestFinalBackup(t *testing.T) {
-	e := startEnvWith(t, envOptions{withoutCNPG: []string{"m1", "m2"}}, "m1", "m2")
+	gate := &statusGate{}
+	e := startEnvWith(t, envOptions{withoutCNPG: []string{"m1", "m2"}, hubWrap: gate.wrap}, "m1", "m2")
 	for _, m := range []string{"m1", "m2"} {
 		e.sim.enable(m, true)
 	}
-	t.Run("Required (the default) waits for each member's Job and records it", func(t *testing.T) { testFinalBackupRequired(t, e) })
+	t.Run("Required (the default) waits for each member's Job and records it", func(t *testing.T) { testFinalBackupRequired(t, e, gate) })
 	t.Run("a failed Required backup holds that member; a retry runs; Skip releases it", func(t *testing.T) { testFinalBackupFailed(t, e) })
 	t.Run("Skip deletes at once without a Job", func(t *testing.T) { testFinalBackupSkip(t, e) })
 	t.Run("BestEffort records a failure and goes on", func(t *testing.T) { testFinalBackupBestEffort(t, e) })
@@ -159,7 +167,7 @@ func backupClaimKept(g Gomega, e *env, m, ns, name string) {
 	g.Expect(pvc.OwnerReferences).To(BeEmpty())
 }
 
-func testFinalBackupRequired(t *testing.T, e *env) {
+func testFinalBackupRequired(t *testing.T, e *env, gate *statusGate) {
 	g := NewWithT(t)
 	ns := e.namespace("backup-required")
 	db := backupDB(ns, "orders", "", "m1", "m2")
@@ -201,8 +209,30 @@ func testFinalBackupRequired(t *testing.T, e *env) {
 	dataLeft(g, e, "m2", ns, "orders")
 	g.Eventually(e.eventSeen(ns, "FinalBackupSucceeded", "m1")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
-	g.Expect(finishBackupJobs(g, e, "m2", ns, true, 100)).To(Equal(1))
-	g.Eventually(dbGone(e, ns, "orders")).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	// m2's backup succeeds and m2 is torn down before the hub stores a
+	// status that says so (its status writes refused meanwhile, as a write
+	// held back by the status pace or lost to a conflict would be): the
+	// Database's last stored state still records both backups before the
+	// finalizer goes, and an Event says so for m2.
+	last := watchUntilGone(t, e, e.getDB(ns, "orders"), func() {
+		gate.close(ns, "orders")
+		defer gate.open()
+		g.Expect(finishBackupJobs(g, e, "m2", ns, true, 100)).To(Equal(1))
+		g.Eventually(func() bool {
+			return apierrors.IsNotFound(e.member("m2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "orders"}, &appsv1.StatefulSet{}))
+		}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+		g.Consistently(func() error {
+			return e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "orders"}, &fleetv1alpha1.Database{})
+		}).WithTimeout(3*time.Second).WithPolling(poll).Should(Succeed(), "the finalizer went while the final backups were not recorded")
+	})
+	for _, m := range []string{"m1", "m2"} {
+		g.Expect(finalBackupRecord(last, m).Phase).To(Equal(fleetv1alpha1.BackupPhaseSucceeded), "%s in %+v", m, last.Status.FinalBackups)
+	}
+	c := condition(last.Status.Conditions, fleetv1alpha1.ConditionFinalBackup)
+	g.Expect(c.Status).To(Equal(metav1.ConditionTrue), "%+v", c)
+	g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonFinalBackupsTaken))
+	g.Expect(c.Message).To(Equal("final backups: succeeded in m1, m2"))
+	g.Eventually(e.eventSeen(ns, "FinalBackupSucceeded", "m2")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	for _, m := range []string{"m1", "m2"} {
 		backupClaimKept(g, e, m, ns, "orders")
 		g.Eventually(func(g Gomega) {
@@ -403,4 +433,71 @@ func testFinalBackupNothingThere(t *testing.T, e *env) {
 	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "ghost"))).To(Succeed())
 	g.Eventually(dbGone(e, ns, "ghost")).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "a Required backup of nothing must not hold the deletion")
 	g.Expect(backupJobs(g, e, "m1", ns)).To(BeEmpty())
+}
+
+// watchUntilGone runs do and returns the last state of db the hub API
+// stored before it was deleted: a watch from db's resourceVersion sees every
+// write, where polling could miss the last one.
+func watchUntilGone(t *testing.T, e *env, db *fleetv1alpha1.Database, do func()) *fleetv1alpha1.Database {
+	t.Helper()
+	wc, err := client.NewWithWatch(e.fleet.Hub.Config, client.Options{Scheme: fleet.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, eventually)
+	defer cancel()
+	w, err := wc.Watch(ctx, &fleetv1alpha1.DatabaseList{}, client.InNamespace(db.Namespace),
+		client.MatchingFields{"metadata.name": db.Name}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: db.ResourceVersion}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	do()
+	last := db
+	for ev := range w.ResultChan() {
+		d, ok := ev.Object.(*fleetv1alpha1.Database)
+		if !ok {
+			t.Fatalf("watching the Database: %+v", ev.Object)
+		}
+		if ev.Type == watch.Deleted {
+			return last
+		}
+		last = d
+	}
+	t.Fatalf("the Database %s/%s did not go within %s (last seen %+v)", db.Namespace, db.Name, eventually, last.Status)
+	return nil
+}
+
+// statusGate refuses the hub's writes of one Database's status while it is
+// closed (an API server error, no write stored); everything else passes.
+type statusGate struct {
+	mu   sync.Mutex
+	path string
+}
+
+func (g *statusGate) close(ns, name string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.path = "/namespaces/" + ns + "/databases/" + name + "/status"
+}
+
+func (g *statusGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.path = ""
+}
+
+func (g *statusGate) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		g.mu.Lock()
+		closed := g.path != "" && req.Method != http.MethodGet && strings.HasSuffix(req.URL.Path, g.path)
+		g.mu.Unlock()
+		if closed {
+			return &http.Response{StatusCode: http.StatusInternalServerError, Status: "500 Internal Server Error", Request: req,
+				Header: http.Header{"Content-Type": []string{"application/json"}},
+				Body:   io.NopCloser(strings.NewReader(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"status writes refused by the test","reason":"InternalError","code":500}`)),
+			}, nil
+		}
+		return rt.RoundTrip(req)
+	})
 }

@@ -175,10 +175,7 @@ spec:
 	if err := f.Hub.Client.Get(ctx, key, ready); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Hub.Client.Delete(ctx, ready); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range finalBackupRecords(ctx, t, f, key) {
+	for _, r := range finalBackupRecords(ctx, t, f, ready) {
 		if r.Phase != fleetv1alpha1.BackupPhaseSucceeded {
 			t.Fatalf("%s: the final backup did not succeed: %+v", r.Cluster, r)
 		}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -368,29 +369,48 @@ func retainOnRealNodes(ctx context.Context, t *testing.T, f *e2e.Fleet, key type
 	}
 }
 
-// finalBackupRecords waits, while the Database is being deleted, until its
-// status records the final backup of every member as ended, and returns them.
-func finalBackupRecords(ctx context.Context, t *testing.T, f *e2e.Fleet, key types.NamespacedName) []fleetv1alpha1.BackupRecord {
+// finalBackupRecords deletes the Database and reads every state the hub
+// stores of it until it goes (a watch from the version read before the
+// delete, so no status write is missed between two looks): its final backup
+// of every member must be recorded as ended, with the FinalBackup condition
+// FinalBackupsTaken, before the finalizer lets it go. It returns that record.
+func finalBackupRecords(ctx context.Context, t *testing.T, f *e2e.Fleet, db *fleetv1alpha1.Database) []fleetv1alpha1.BackupRecord {
 	t.Helper()
-	var last []fleetv1alpha1.BackupRecord
-	for deadline := time.Now().Add(f.Intervals.Delete); ; {
-		db := &fleetv1alpha1.Database{}
-		if err := f.Hub.Client.Get(ctx, key, db); err != nil {
-			t.Fatalf("the Database went before its final backups were read (last seen %+v): %v", last, err)
-		}
-		last = db.Status.FinalBackups
-		done := len(last) == len(f.Members)
-		for _, r := range last {
-			done = done && (r.Phase == fleetv1alpha1.BackupPhaseSucceeded || r.Phase == fleetv1alpha1.BackupPhaseFailed)
-		}
-		if done {
-			return last
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the final backups did not end: %+v", last)
-		}
-		time.Sleep(time.Second)
+	wc, err := client.NewWithWatch(f.Hub.Config, client.Options{Scheme: f.Hub.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
 	}
+	wctx, cancel := context.WithTimeout(ctx, f.Intervals.Delete)
+	defer cancel()
+	w, err := wc.Watch(wctx, &fleetv1alpha1.DatabaseList{}, client.InNamespace(db.Namespace),
+		client.MatchingFields{"metadata.name": db.Name}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: db.ResourceVersion}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if err := f.Hub.Client.Delete(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	var last *fleetv1alpha1.Database
+	for ev := range w.ResultChan() {
+		d, ok := ev.Object.(*fleetv1alpha1.Database)
+		if !ok {
+			t.Fatalf("watching the Database: %+v", ev.Object)
+		}
+		if ev.Type == watch.Deleted {
+			break
+		}
+		last = d
+	}
+	if last == nil || !apierrors.IsNotFound(f.Hub.Client.Get(ctx, client.ObjectKeyFromObject(db), &fleetv1alpha1.Database{})) {
+		t.Fatalf("the Database did not go within %s (last seen %+v)", f.Intervals.Delete, last)
+	}
+	recs := last.Status.FinalBackups
+	c := meta.FindStatusCondition(last.Status.Conditions, fleetv1alpha1.ConditionFinalBackup)
+	if len(recs) != len(f.Members) || c == nil || c.Reason != fleetv1alpha1.ReasonFinalBackupsTaken {
+		t.Fatalf("the Database went without recording its final backups (last state: %+v, condition %+v)", recs, c)
+	}
+	return recs
 }
 
 // expectFinalBackup reads the final backup the hub took before deleting the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -44,6 +45,9 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 	}
 	pending, requeue := r.settleTeardowns(ctx, s, reached)
 	if len(pending) == 0 {
+		if err := r.recordLastFinalBackups(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
 		r.noFinalBackupEvent(db)
 		if err := r.dropFinalizer(ctx, db); err != nil {
 			return ctrl.Result{}, err
@@ -70,6 +74,32 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 	r.finalBackupEvents(db, st.FinalBackups)
 	s.status = &st
 	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// recordLastFinalBackups stores the final backups' outcome before the
+// finalizer goes, when this pass learned it: a member whose backup ended and
+// whose teardown finished in the same sync would otherwise go unrecorded,
+// and the Database's last state (what a watcher, an audit log or kubectl
+// wait reads) would show a backup still running. One status write per
+// deletion at most; a conflict retries the reconcile, the finalizer stays.
+func (r *databaseReconciler) recordLastFinalBackups(ctx context.Context, s *databaseScope) error {
+	db := s.db
+	if len(s.finalBackups) == 0 && len(db.Status.FinalBackups) == 0 {
+		return nil
+	}
+	st := *db.Status.DeepCopy()
+	st.FinalBackups = s.finalBackups
+	setFinalBackupCondition(&st, db, nil)
+	if apiequality.Semantic.DeepEqual(db.Status, st) {
+		return nil
+	}
+	r.finalBackupEvents(db, st.FinalBackups)
+	patch := client.MergeFromWithOptions(db.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	db.Status = st
+	if err := r.hub.Status().Patch(ctx, db, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("recording the final backups: %w", err)
+	}
+	return nil
 }
 
 // startTeardown fans a deletion out to the members from the deletion event
