@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -37,14 +36,6 @@ var secretKind = workloadKinds[len(workloadKinds)-1]
 var pvcKind = managedKind{
 	corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"),
 	func() client.ObjectList { return &corev1.PersistentVolumeClaimList{} },
-}
-
-// rotationJobKind is the credential rotation Job (RotationJob): never in a
-// rendered plan (so never pruned), deleted by every teardown whatever the
-// policy (it is machinery, not data), so that nothing of the hub's is left.
-var rotationJobKind = managedKind{
-	batchv1.SchemeGroupVersion.WithKind("Job"),
-	func() client.ObjectList { return &batchv1.JobList{} },
 }
 
 // listManaged lists the objects of kind k labelled for the Database o

@@ -17,8 +17,7 @@ import (
 
 // Teardown removes or releases, according to policy, the member objects of
 // the hub Database namespace/name, found by SelectorFor (StatefulSets,
-// PodDisruptionBudgets, Services, ConfigMaps, Secrets, PersistentVolumeClaims,
-// credential rotation Jobs):
+// PodDisruptionBudgets, Services, ConfigMaps, Secrets, PersistentVolumeClaims):
 //
 //   - Delete (also the default) deletes them all, PersistentVolumeClaims included;
 //   - Retain deletes the workload, Services, ConfigMap and PodDisruptionBudget
@@ -28,8 +27,10 @@ import (
 //     are deleted;
 //   - Orphan deletes nothing and strips fleetdb's labels from every object.
 //
-// Whatever the policy, the credential rotation Jobs of a rotation under way
-// (the credentials Secret shows one) are deleted; at rest, no Job is read.
+// Jobs are not touched: a Job that carries fleetdb's labels may be anyone's,
+// and only the hub can tell its own (its job ledger). The hub removes its
+// credential rotation Jobs itself, whatever the policy (RotationUnderWay says
+// when there may be some).
 //
 // Objects are deleted with background propagation; NotFound counts as done.
 // A delete memo remembers sending is not sent again (memo may be nil).
@@ -65,14 +66,12 @@ func Teardown(ctx context.Context, c client.Client, o Owner, policy fleetv1alpha
 	}
 
 	// What decides this pass is read at once, not one read after another:
-	// the workload (claims go only once it is gone), a rotation under way
-	// (its Jobs go too), and the CloudNativePG Cluster's own step.
+	// the workload (claims go only once it is gone) and the CloudNativePG
+	// Cluster's own step.
 	var (
 		workload       []client.Object
-		rotating       bool
 		cnpgDone       bool
-		wlErr, rotErr  error
-		cnpgErr        error
+		wlErr, cnpgErr error
 		deleteOnDelete = policy == fleetv1alpha1.DeletionPolicyDelete || policy == ""
 	)
 	runAll([]func() error{
@@ -85,18 +84,14 @@ func Teardown(ctx context.Context, c client.Client, o Owner, policy fleetv1alpha
 			}
 			return nil
 		},
-		func() error { rotating, rotErr = inRotation(ctx, c, o); return nil },
 		// A CloudNativePG Cluster goes (or is released) before what it uses.
 		func() error { cnpgDone, cnpgErr = teardownCNPG(ctx, c, o, policy, memo); return nil },
 	})
-	if err := errors.Join(wlErr, rotErr, cnpgErr); err != nil {
+	if err := errors.Join(wlErr, cnpgErr); err != nil {
 		return fail(err)
 	}
 	if deleteOnDelete && len(workload) == 0 {
 		remove = append(remove, pvcKind)
-	}
-	if rotating {
-		remove, all = append(remove, rotationJobKind), append(all, rotationJobKind)
 	}
 	if !cnpgDone {
 		return false, nil
@@ -209,18 +204,20 @@ func runAll(steps []func() error) []error {
 	return errs
 }
 
-// inRotation reports whether a credentials Secret of the Database shows a
-// rotation under way: only then may rotation Jobs exist.
-func inRotation(ctx context.Context, c client.Reader, o Owner) (bool, error) {
+// RotationUnderWay returns the credentials Secret of o's Database in the
+// member when it shows a rotation under way (nil: none): only then may
+// rotation Jobs exist, so a teardown reads Jobs only then (at rest, no Job
+// is read).
+func RotationUnderWay(ctx context.Context, c client.Reader, o Owner) (*corev1.Secret, error) {
 	secrets, err := listManaged(ctx, c, managedKind{corev1.SchemeGroupVersion.WithKind("Secret"),
 		func() client.ObjectList { return &corev1.SecretList{} }}, o)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	for _, obj := range secrets {
 		if s, ok := obj.(*corev1.Secret); ok && InRotation(s.Data) {
-			return true, nil
+			return s, nil
 		}
 	}
-	return false, nil
+	return nil, nil
 }

@@ -538,6 +538,19 @@ func (d *Database) PlacementRemovalDeletionPolicy() DeletionPolicy {
 	return DeletionPolicyRetain
 }
 
+// TeardownPolicy is the policy a member's teardown uses now: the deletion
+// policy for a Database being deleted (Delete when unset), else
+// spec.teardown.onPlacementRemoval (PlacementRemovalDeletionPolicy).
+func (d *Database) TeardownPolicy() DeletionPolicy {
+	if d.DeletionTimestamp.IsZero() {
+		return d.PlacementRemovalDeletionPolicy()
+	}
+	if d.Spec.DeletionPolicy == "" {
+		return DeletionPolicyDelete
+	}
+	return d.Spec.DeletionPolicy
+}
+
 // EffectiveFinalBackup is spec.backup.finalBackup, or its default: Required
 // when spec.deletionPolicy is Delete (the data is about to go), Skip when the
 // policy keeps the data (Retain, Orphan).

@@ -293,3 +293,12 @@ func SpanContextOf(traceparent string) trace.SpanContext {
 	}
 	return sc
 }
+
+// TraceIDOf is the trace ID (hex) of a W3C traceparent; "" when it is not a
+// valid one.
+func TraceIDOf(traceparent string) string {
+	if sc := SpanContextOf(traceparent); sc.IsValid() {
+		return sc.TraceID().String()
+	}
+	return ""
+}

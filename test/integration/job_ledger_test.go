@@ -29,6 +29,9 @@ func TestMemberJobLedger(t *testing.T) {
 		testBackupAcrossSpecChange(t, e, ns)
 	})
 	t.Run("a Database's teardown leaves a forged Job at its final backup Job's name", func(t *testing.T) { testTeardownKeepsForgedFinalJob(t, e, ns) })
+	t.Run("a Database's teardown mid-rotation removes its rotation Job and leaves a forged one", func(t *testing.T) {
+		testTeardownKeepsForgedRotationJob(t, e, ns)
+	})
 }
 
 // changeVersion moves the Database to another minor version (every Job's
@@ -110,6 +113,28 @@ func testTeardownKeepsForgedFinalJob(t *testing.T, e *env, ns string) {
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "old"}, &fleetv1alpha1.Database{}))
 	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	var forged batchv1.Job
+	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &forged)).To(Succeed(), "the teardown leaves a Job the hub did not create")
+	g.Expect(forged.DeletionTimestamp).To(BeNil())
+}
+
+// testTeardownKeepsForgedRotationJob: a Database deleted while a rotation
+// is under way loses the rotation Job the hub created; a Job that carries
+// the same labels (the hub's identity included) at another name, which the
+// hub did not create, survives the teardown.
+func testTeardownKeepsForgedRotationJob(t *testing.T, e *env, ns string) {
+	g := NewWithT(t)
+	e.createReady(g, newDB(ns, "turn", "m1"))
+	e.annotate(g, ns, "turn", "r1")
+	own := e.waitJob(g, "m1", ns, fleetv1alpha1.LabelRotation, "", member.RotationJobName("turn", "r1", 1))
+	name := member.RotationJobName("turn", "r1", 1) + "-x"
+	forgeJob(g, e, "m1", ns, name, own.Labels, map[string]string{fleetv1alpha1.AnnotationRotationAttempt: "1"})
+
+	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "turn"))).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "turn"}, &fleetv1alpha1.Database{}))
+	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	e.expectJobGone(g, "m1", own)
 	var forged batchv1.Job
 	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &forged)).To(Succeed(), "the teardown leaves a Job the hub did not create")
 	g.Expect(forged.DeletionTimestamp).To(BeNil())

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/dbstatus"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
 	"github.com/fleetdb/fleetdb/internal/placement"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
@@ -70,7 +71,7 @@ func (r *databaseReconciler) settleBackend(ctx context.Context, s *databaseScope
 		return ctrl.Result{}, err
 	}
 	if backend == "" {
-		st := waitingStatus(s.db, fleetv1alpha1.ReasonBackendUnknown, why)
+		st := dbstatus.Waiting(s.db, fleetv1alpha1.ReasonBackendUnknown, why)
 		s.status = &st
 		return ctrl.Result{RequeueAfter: backendWaitRetry}, errStopPhases
 	}

@@ -9,13 +9,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/hubsecret"
 	"github.com/fleetdb/fleetdb/internal/placement"
-	"github.com/fleetdb/fleetdb/internal/statusmsg"
+	"github.com/fleetdb/fleetdb/member"
 )
 
 // credentialsWaitRetry is how soon a Database that waits for a member to
@@ -107,7 +106,7 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 		switch {
 		case s == nil:
 		case res.data == nil || (!bestOwn && s.Labels[fleetv1alpha1.LabelDatabaseUID] == string(db.UID)):
-			res.data = recoverableCredentials(s.Data)
+			res.data = hubsecret.RecoverableCredentials(s.Data)
 			res.from = name
 			bestOwn = s.Labels[fleetv1alpha1.LabelDatabaseUID] == string(db.UID)
 		}
@@ -131,7 +130,7 @@ func (r *databaseReconciler) memberCredentials(ctx context.Context, db *fleetv1a
 	cctx, cancel := context.WithTimeout(ctx, r.opts.MemberCallTimeout)
 	defer cancel()
 	var s corev1.Secret
-	key := client.ObjectKey{Namespace: db.Namespace, Name: credentialsName(db)}
+	key := client.ObjectKey{Namespace: db.Namespace, Name: member.CredentialsSecretName(db.Name)}
 	err := cl.GetClient().Get(cctx, key, &s)
 	if apierrors.IsForbidden(err) && placed && r.secrets != nil {
 		present, aerr := r.secrets.ensure(cctx, name, cl, db.Namespace, nil)
@@ -178,7 +177,7 @@ func retainedMemberCredentials(s *corev1.Secret) (*corev1.Secret, bool) {
 	return s, true
 }
 
-// credentialsFromMembers is ensureCredentials' recovery step: the copy a
+// credentialsFromMembers is hubsecret.EnsureCredentials' recovery step: the copy a
 // member holds (with an Event), errWaitingForCredentials while a member that
 // may hold one cannot be read, or nil when no member holds any.
 func (r *databaseReconciler) credentialsFromMembers(ctx context.Context, db *fleetv1alpha1.Database) (map[string][]byte, error) {
@@ -191,26 +190,7 @@ func (r *databaseReconciler) credentialsFromMembers(ctx context.Context, db *fle
 			"the hub credentials Secret was missing; restored it from member %s", res.from)
 		return res.data, nil
 	case res.mustWait():
-		return nil, errWaitingForCredentials{name: db.Namespace + "/" + credentialsName(db), members: res.unreadable}
+		return nil, errWaitingForCredentials{name: db.Namespace + "/" + member.CredentialsSecretName(db.Name), members: res.unreadable}
 	}
 	return nil, nil
-}
-
-// waitingStatus is the status of a Database that waits for something outside
-// it (not Stalled: it goes on by itself once that is there).
-func waitingStatus(db *fleetv1alpha1.Database, reason, msg string) fleetv1alpha1.DatabaseStatus {
-	st := *db.Status.DeepCopy()
-	gen := db.Generation
-	if st.Phase == "" || st.Phase == fleetv1alpha1.PhaseFailed {
-		st.Phase = fleetv1alpha1.PhasePending
-	}
-	for _, c := range []metav1.Condition{
-		{Type: fleetv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: statusmsg.Bound(msg)},
-		{Type: fleetv1alpha1.ConditionReconciling, Status: metav1.ConditionTrue, Reason: reason, Message: statusmsg.Bound(msg)},
-		{Type: fleetv1alpha1.ConditionStalled, Status: metav1.ConditionFalse, Reason: reason, Message: "waiting; not terminal"},
-	} {
-		c.ObservedGeneration = gen
-		meta.SetStatusCondition(&st.Conditions, c)
-	}
-	return st
 }

@@ -18,6 +18,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub/internal/dbstatus"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
 	"github.com/fleetdb/fleetdb/hub/internal/tombstones"
 	"github.com/fleetdb/fleetdb/hub/internal/topology"
@@ -94,7 +95,7 @@ type databaseScope struct {
 // end has the Stalled condition with reason, and the error is terminal, so
 // nothing retries until the Database (or what it depends on) changes.
 func (s *databaseScope) stall(reason string, err error) error {
-	st := stalledStatus(s.db, reason, err.Error())
+	st := dbstatus.Stalled(s.db, reason, err.Error())
 	s.status = &st
 	return reconcile.TerminalError(err)
 }
@@ -211,7 +212,7 @@ func (r *databaseReconciler) reconcileBackend(ctx context.Context, s *databaseSc
 }
 
 // writeStatus patches the status a phase computed, only when it changed: a
-// steady fleet writes nothing. A routine change (routineStatus) is held
+// steady fleet writes nothing. A routine change (dbstatus.Routine) is held
 // back for statusHoldDelay: held says when to come back for it.
 func (r *databaseReconciler) writeStatus(ctx context.Context, s *databaseScope) (held time.Duration, err error) {
 	if s.status == nil {
@@ -224,7 +225,7 @@ func (r *databaseReconciler) writeStatus(ctx context.Context, s *databaseScope) 
 		return 0, nil
 	}
 	now := r.now()
-	if routineStatus(db.Status, st) {
+	if dbstatus.Routine(db.Status, st) {
 		if wait := r.state.holdStatus(s.key, now); wait > 0 {
 			return wait, nil
 		}

@@ -12,6 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/dbstatus"
+	"github.com/fleetdb/fleetdb/hub/internal/hubsecret"
 )
 
 // reconcileCredentials puts the finalizer on before anything reaches a
@@ -21,13 +23,13 @@ import (
 // else, or lost credentials no member can restore, stall the Database.
 func (r *databaseReconciler) reconcileCredentials(ctx context.Context, s *databaseScope) (ctrl.Result, error) {
 	creds, err := r.finalizerAndCredentials(ctx, s.db)
-	var foreign errForeignCredentials
-	var lost errLostCredentials
+	var foreign hubsecret.ForeignCredentialsError
+	var lost hubsecret.LostCredentialsError
 	var waiting errWaitingForCredentials
 	switch {
 	case errors.As(err, &waiting):
 		// Not terminal: a member that may hold the password comes back.
-		st := waitingStatus(s.db, fleetv1alpha1.ReasonWaitingForCredentials, err.Error())
+		st := dbstatus.Waiting(s.db, fleetv1alpha1.ReasonWaitingForCredentials, err.Error())
 		s.status = &st
 		return ctrl.Result{RequeueAfter: credentialsWaitRetry}, errStopPhases
 	case errors.As(err, &lost):
@@ -45,7 +47,7 @@ func (r *databaseReconciler) reconcileCredentials(ctx context.Context, s *databa
 // ensures the hub credentials Secret, both at once; it returns the credentials.
 func (r *databaseReconciler) finalizerAndCredentials(ctx context.Context, db *fleetv1alpha1.Database) (map[string][]byte, error) {
 	ensure := func(db *fleetv1alpha1.Database) (map[string][]byte, error) {
-		return ensureCredentials(ctx, r.hub, r.live, db, func() (map[string][]byte, error) { return r.credentialsFromMembers(ctx, db) })
+		return hubsecret.EnsureCredentials(ctx, r.hub, r.live, db, func() (map[string][]byte, error) { return r.credentialsFromMembers(ctx, db) })
 	}
 	if controllerutil.ContainsFinalizer(db, fleetv1alpha1.TeardownFinalizer) {
 		return ensure(db)

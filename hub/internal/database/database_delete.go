@@ -16,8 +16,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
-	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub/internal/dbstatus"
 	"github.com/fleetdb/fleetdb/internal/placement"
+	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
 
 // reconcileDelete tears the Database down in every member it reached, then
@@ -58,19 +59,19 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 		return ctrl.Result{}, nil
 	}
 
-	r.fanOut(ctx, s.key, &plan{uid: db.UID, generation: db.Generation, policy: teardownPolicy(db), teardown: pending,
-		finalBackup: newFinalBackupPlan(db, teardownPolicy(db), pending)})
-	st := computeStatus(statusInput{
-		db:          db,
-		teardown:    sortedKeys(pending),
-		results:     s.results,
-		unreachable: r.statusUnreachable,
-		now:         r.now(),
+	r.fanOut(ctx, s.key, &plan{uid: db.UID, generation: db.Generation, policy: db.TeardownPolicy(), teardown: pending,
+		finalBackup: newFinalBackupPlan(db, db.TeardownPolicy(), pending)})
+	st := dbstatus.Compute(dbstatus.Input{
+		DB:          db,
+		Teardown:    sortedKeys(pending),
+		Results:     s.results,
+		Unreachable: r.statusUnreachable,
+		Now:         r.now(),
 
-		changeTraceparent: r.state.plan(s.key).traceparentOrEmpty(),
+		ChangeTraceID: telemetry.TraceIDOf(r.state.plan(s.key).traceparentOrEmpty()),
 	})
 	st.FinalBackups = s.finalBackups
-	setFinalBackupCondition(&st, db, pending)
+	dbstatus.SetFinalBackupCondition(&st, db, pending)
 	r.finalBackupEvents(db, st.FinalBackups)
 	s.status = &st
 	return ctrl.Result{RequeueAfter: requeue}, nil
@@ -133,7 +134,7 @@ func (r *databaseReconciler) startTeardown(db *fleetv1alpha1.Database) {
 	if len(teardown) == 0 {
 		return
 	}
-	policy := teardownPolicy(db)
+	policy := db.TeardownPolicy()
 	r.fanOut(context.Background(), key, &plan{uid: db.UID, generation: db.Generation, policy: policy, teardown: teardown,
 		finalBackup: newFinalBackupPlan(db, policy, teardown)})
 }
@@ -206,7 +207,7 @@ func (r *databaseReconciler) settleTeardowns(ctx context.Context, s *databaseSco
 			skipped[name] = true
 		}
 	}
-	s.finalBackups = finalBackupRecords(s.db, s.results, s.targets, members, skipped)
+	s.finalBackups = dbstatus.FinalBackupRecords(s.db, s.results, s.targets, members, skipped)
 	return pending, requeue
 }
 
@@ -222,7 +223,7 @@ func (r *databaseReconciler) teardownSettled(ctx context.Context, db *fleetv1alp
 	h := r.provider.Health(name)
 	if !h.Engaged && !r.registered(ctx, name) {
 		// The member left the registry: there is nothing left to reach.
-		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonMemberRemoved, "Teardown", "%s", leftBehindMessage(db, name))
+		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonMemberRemoved, "Teardown", "%s", dbstatus.LeftBehindMessage(db, name))
 		r.state.dropResult(client.ObjectKeyFromObject(db), name) // once
 		return true, 0, false
 	}
@@ -242,7 +243,7 @@ func (r *databaseReconciler) teardownSettled(ctx context.Context, db *fleetv1alp
 	// sweep trusts nothing read back from the member). Without the final
 	// backup a Required policy asked for, the data there is retained, never
 	// deleted on reconnect.
-	policy, fbp := teardownPolicy(db), finalBackupFor(db, teardownPolicy(db))
+	policy, fbp := db.TeardownPolicy(), dbstatus.FinalBackupFor(db, db.TeardownPolicy())
 	noBackup = fbp != fleetv1alpha1.FinalBackupSkip && !backupTaken(db, name, res)
 	if noBackup && fbp == fleetv1alpha1.FinalBackupRequired {
 		policy = fleetv1alpha1.DeletionPolicyRetain
@@ -251,7 +252,7 @@ func (r *databaseReconciler) teardownSettled(ctx context.Context, db *fleetv1alp
 		ctrl.LoggerFrom(ctx).Error(err, "recording a tombstone; teardown of the member keeps blocking", "cluster", name)
 		return false, teardownPoll, false
 	}
-	if policy != teardownPolicy(db) {
+	if policy != db.TeardownPolicy() {
 		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "TeardownSkipped", "Teardown",
 			"member %s unreachable for longer than %s: no longer blocking; no final backup could be taken there, so its data is retained "+
 				"(deletionPolicy Retain) when it reconnects: delete its volume claims by hand once they are not needed", name, timeout)
@@ -267,7 +268,7 @@ func backupTaken(db *fleetv1alpha1.Database, name string, res *memberResult) boo
 	if res != nil && res.FinalBackup != nil {
 		return res.FinalBackup.Phase == fleetv1alpha1.BackupPhaseSucceeded
 	}
-	rec := backupRecordFor(db.Status.FinalBackups, name)
+	rec := dbstatus.BackupRecordFor(db.Status.FinalBackups, name)
 	return rec != nil && rec.Phase == fleetv1alpha1.BackupPhaseSucceeded
 }
 
@@ -301,51 +302,12 @@ func (r *databaseReconciler) registered(ctx context.Context, name string) bool {
 
 // unreachable reports a member the registry cannot reach now.
 func (r *databaseReconciler) unreachable(name string) (bool, string) {
-	return healthUnreachable(r.provider.Health(name))
-}
-
-// healthUnreachable reports a member whose health is not Ready, with why.
-func healthUnreachable(h clusters.Health) (bool, string) {
-	if h.Ready {
-		return false, ""
-	}
-	why := h.Message
-	if why == "" {
-		why = h.Reason
-	}
-	if why == "" {
-		why = "not connected"
-	}
-	return true, why
+	return r.provider.Health(name).Unreachable()
 }
 
 // statusUnreachable is unreachable as the status shows it: see statusHealth.
 func (r *databaseReconciler) statusUnreachable(name string) (bool, string) {
-	return statusHealth(r.provider.Health(name))
-}
-
-// statusHealth is healthUnreachable but for a member this hub process has
-// not finished connecting to yet (the registry has no health for it, or it
-// is Connecting: right after a hub restart, or with a new kubeconfig): that
-// one is not known to be down, so its status entry keeps what was last
-// reported (clusterEntry) instead of turning Unreachable. Without it every
-// restart of the hub flipped Ready Databases to Degraded for the seconds
-// the connects take (found by the restart chaos run, docs/reports/chaos.md; the
-// member sync records nothing for such a member either). A
-// failed connect or failing probes still show at once; the teardown still
-// treats a member it cannot reach yet as unreachable (teardownSettled).
-func statusHealth(h clusters.Health) (bool, string) {
-	if notKnownYet(h) {
-		return false, ""
-	}
-	return healthUnreachable(h)
-}
-
-// notKnownYet reports a member this hub process has not finished
-// connecting to: never engaged, no failure recorded (the registry has no
-// health for it yet, or it is Connecting).
-func notKnownYet(h clusters.Health) bool {
-	return !h.Engaged && !h.Ready && (h.Reason == "" || h.Reason == fleetv1alpha1.ReasonConnecting)
+	return r.provider.Health(name).StatusUnreachable()
 }
 
 func (r *databaseReconciler) reachable(name string) bool {

@@ -10,8 +10,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/dbstatus"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
 	"github.com/fleetdb/fleetdb/internal/placement"
+	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
 
 // reconcilePlacement resolves which members the Database is placed on. A
@@ -83,12 +85,12 @@ func (r *databaseReconciler) reconcileRollout(ctx context.Context, s *databaseSc
 	r.fanOut(ctx, s.key, &plan{
 		uid:         s.db.UID,
 		generation:  s.db.Generation,
-		policy:      teardownPolicy(s.db), // spec.teardown.onPlacementRemoval
+		policy:      s.db.TeardownPolicy(), // spec.teardown.onPlacementRemoval
 		allowed:     s.allowed,
 		targets:     s.targets,
 		teardown:    s.teardown,
 		credentials: s.credentials,
-		finalBackup: newFinalBackupPlan(s.db, teardownPolicy(s.db), s.teardown),
+		finalBackup: newFinalBackupPlan(s.db, s.db.TeardownPolicy(), s.teardown),
 		topology:    s.topology,
 		roles:       topologyRoles(s.db, s.placement.Targets),
 	})
@@ -98,26 +100,26 @@ func (r *databaseReconciler) reconcileRollout(ctx context.Context, s *databaseSc
 // reconcileStatus folds the member results into the status written at the
 // end, and records an Event for each member transition worth a human's eye.
 func (r *databaseReconciler) reconcileStatus(_ context.Context, s *databaseScope) (ctrl.Result, error) {
-	st := computeStatus(statusInput{
-		db:          s.db,
-		placement:   s.placement,
-		teardown:    sortedKeys(s.teardown),
-		allowed:     s.allowed,
-		results:     s.results,
-		unreachable: r.statusUnreachable,
-		now:         r.now(),
+	st := dbstatus.Compute(dbstatus.Input{
+		DB:          s.db,
+		Placement:   s.placement,
+		Teardown:    sortedKeys(s.teardown),
+		Allowed:     s.allowed,
+		Results:     s.results,
+		Unreachable: r.statusUnreachable,
+		Now:         r.now(),
 
-		changeTraceparent: r.state.plan(s.key).traceparentOrEmpty(),
+		ChangeTraceID: telemetry.TraceIDOf(r.state.plan(s.key).traceparentOrEmpty()),
 	})
-	st.LeftBehind = leftBehindStatus(s.db, s.leftRegistry, s.targets, r.now())
+	st.LeftBehind = dbstatus.LeftBehind(s.db, s.leftRegistry, s.targets, r.now())
 	st.FinalBackups = s.finalBackups
-	setFinalBackupCondition(&st, s.db, s.teardown)
+	dbstatus.SetFinalBackupCondition(&st, s.db, s.teardown)
 	r.finalBackupEvents(s.db, st.FinalBackups)
 	s.rotation.apply(&st)
 	if s.topologyPass != nil {
 		s.topologyPass.Apply(&st)
 	}
-	applyRestoreStatus(&st, s.db, s.results, s.placement.Targets)
+	dbstatus.ApplyRestore(&st, s.db, s.results, s.placement.Targets)
 	r.memberEvents(s.db, st)
 	s.status = &st
 	return ctrl.Result{}, nil

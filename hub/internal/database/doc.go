@@ -16,8 +16,10 @@
 //   - database_controller.go: Reconcile, the scope, the phases it runs and
 //     the one deferred status write; database_credentials.go,
 //     database_phases.go and database_delete.go: the phases.
-//   - status.go and status_conditions.go: the status, one setter per
-//     condition, the phase derived from the conditions.
+//   - the status is computed by hub/internal/dbstatus (Compute, from the
+//     member syncs' results: memberResult is dbstatus.Result);
+//     status_pace.go holds routine status writes back. The hub Secrets
+//     (credentials, topology PKI) are hub/internal/hubsecret.
 //   - member_sync.go: the member sync's envelope (Reconcile) and its work;
 //     member_sync_outcome.go: what the work returns.
 //   - instrumentation.go: spans and metrics of both controllers (plans,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/dbstatus"
 	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
@@ -58,7 +58,7 @@ func (r *memberSyncReconciler) finalBackup(ctx context.Context, c client.Client,
 		return finalBackupStep{}, nil
 	}
 	// The last result of this member is fresher than the plan's status.
-	prev := backupRecordFor(fb.db.Status.FinalBackups, cluster)
+	prev := dbstatus.BackupRecordFor(fb.db.Status.FinalBackups, cluster)
 	if res := r.state.resultsFor(key)[cluster]; res != nil && res.FinalBackup != nil {
 		prev = res.FinalBackup
 	}
@@ -101,7 +101,7 @@ func (r *memberSyncReconciler) finalBackup(ctx context.Context, c client.Client,
 			return finalBackupStep{}, err
 		}
 		if len(claims) > 0 {
-			msg := noWorkloadMessage(claims)
+			msg := dbstatus.NoWorkloadMessage(claims)
 			return finalBackupStep{record: &fleetv1alpha1.BackupRecord{Cluster: cluster, Phase: fleetv1alpha1.BackupPhasePending, Message: msg},
 				hold: true, waiting: msg, requeue: finalBackupPollMax}, nil
 		}
@@ -176,7 +176,7 @@ func (r *memberSyncReconciler) startFinalBackup(ctx context.Context, c client.Cl
 		Location: member.BackupLocation(fb.db, id), Started: &now, Message: fmt.Sprintf("attempt %d running", attempt)}
 	if failed != nil {
 		rec.Phase, rec.Finished = fleetv1alpha1.BackupPhaseFailed, failed.Finished
-		rec.Message = statusmsg.Truncate(failed.Message, backupMessageMax-len("; attempt  running")-len(strconv.Itoa(attempt))) +
+		rec.Message = statusmsg.Truncate(failed.Message, dbstatus.BackupMessageMax-len("; attempt  running")-len(strconv.Itoa(attempt))) +
 			fmt.Sprintf("; attempt %d running", attempt)
 	}
 	return finalBackupStep{record: &rec, hold: true, requeue: finalBackupPollMin, jobs: true,
@@ -267,38 +267,4 @@ func finalBackupJobs(ctx context.Context, live client.Reader, db *fleetv1alpha1.
 
 func backupAttempt(j *batchv1.Job) int {
 	return memberjob.AttemptOf(j, fleetv1alpha1.AnnotationBackupAttempt)
-}
-
-// backupRecordFor is the record of cluster in records (nil: none).
-func backupRecordFor(records []fleetv1alpha1.BackupRecord, cluster string) *fleetv1alpha1.BackupRecord {
-	for i := range records {
-		if records[i].Cluster == cluster {
-			rec := records[i]
-			return &rec
-		}
-	}
-	return nil
-}
-
-// noWorkloadPrefix starts the record of a member whose Required final
-// backup holds its teardown: no workload to back up from, data claims left.
-const noWorkloadPrefix = "no workload to back up from, but data volume claims remain: "
-
-// noWorkloadMessage says which claims hold the teardown and what the user can do.
-func noWorkloadMessage(claims []string) string {
-	shown := claims
-	if len(shown) > 3 {
-		shown = shown[:3]
-	}
-	more := ""
-	if n := len(claims) - len(shown); n > 0 {
-		more = fmt.Sprintf(" and %d more", n)
-	}
-	return statusmsg.Truncate(noWorkloadPrefix+strings.Join(shown, ", ")+more+
-		"; nothing is deleted here until the workload is back (the final backup then runs) or spec.backup.finalBackup is BestEffort or Skip", backupMessageMax)
-}
-
-// heldForClaims: rec is a member's record of a Required final backup held by noWorkloadMessage.
-func heldForClaims(rec fleetv1alpha1.BackupRecord) bool {
-	return rec.Phase == fleetv1alpha1.BackupPhasePending && strings.HasPrefix(rec.Message, noWorkloadPrefix)
 }

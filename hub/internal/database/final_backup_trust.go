@@ -91,11 +91,7 @@ func (r *memberSyncReconciler) untrustedBackupJob(cluster string, fb *finalBacku
 		waiting: "the final backup is held: " + msg}
 }
 
-// BackupRecord.message holds at most backupMessageMax bytes (the CRD's
-// MaxLength: a longer one fails the whole status write, again at every
-// retry). A failure's cause (backupWhyMax) leaves room for "attempt N
-// failed: ...; attempt N+1 running".
-const (
-	backupMessageMax = 512
-	backupWhyMax     = 400
-)
+// A failure's cause (backupWhyMax) leaves room in a BackupRecord's message
+// (dbstatus.BackupMessageMax) for "attempt N failed: ...; attempt N+1
+// running".
+const backupWhyMax = 400

@@ -21,6 +21,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub/internal/dbstatus"
 	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
 	"github.com/fleetdb/fleetdb/hub/internal/topology"
@@ -136,7 +137,7 @@ func (r *memberSyncReconciler) releaseSlot(cluster string) {
 // the registry wakes the sync when the member comes back.
 func (r *memberSyncReconciler) sync(ctx context.Context, cluster string, key types.NamespacedName, p *plan, role memberRole) syncOutcome {
 	if h := r.provider.Health(cluster); !h.Engaged || !h.Ready {
-		if notKnownYet(h) {
+		if h.NotKnownYet() {
 			// Not connected yet (a hub that just started): nothing is
 			// known of it, so nothing is recorded (the status keeps what
 			// was reported); the registry wakes the sync once it engages.
@@ -349,7 +350,7 @@ func (r *memberSyncReconciler) restoreStep(ctx context.Context, c client.Client,
 		return failed
 	}
 	out.result.Restore = rep
-	applyRestore(&out.result.Status, rep)
+	dbstatus.ApplyReport(&out.result.Status, rep)
 	out.requeue = minPositive(out.requeue, after)
 	return out
 }
@@ -384,7 +385,15 @@ func (r *memberSyncReconciler) teardown(ctx context.Context, c client.Client, li
 	// Read live: a cache that lags (a member's watches back off after an
 	// outage) would miss a data claim made meanwhile, and the teardown would
 	// call itself done with the claim left behind.
-	done, err := member.Teardown(ctx, liveReads{Client: c, live: live}, r.owner(key, p), p.policy, r.memo)
+	reads := liveReads{Client: c, live: live}
+	// The rotation Jobs go first, whatever the policy (machinery, not data),
+	// while the member Secret still shows the rotation; member.Teardown
+	// touches no Job.
+	err = r.teardownRotationJobs(ctx, reads, live, cluster, r.owner(key, p))
+	var done bool
+	if err == nil {
+		done, err = member.Teardown(ctx, reads, r.owner(key, p), p.policy, r.memo)
+	}
 	switch {
 	case isForbidden(err):
 		return r.forbiddenOutcome(key, cluster, errReasonTeardown, err, fleetv1alpha1.ClusterPhaseDeleting)
@@ -482,7 +491,7 @@ func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c 
 	}
 	if creds == nil {
 		var s corev1.Secret
-		key := types.NamespacedName{Namespace: db.Namespace, Name: credentialsName(db)}
+		key := types.NamespacedName{Namespace: db.Namespace, Name: member.CredentialsSecretName(db.Name)}
 		err := r.hub.Get(ctx, key, &s)
 		if apierrors.IsNotFound(err) {
 			// The Database controller created it a moment ago; the cache may lag.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/dbstatus"
 )
 
 // holdProtected keeps a deleted Database whose spec.deletionProtection is
@@ -21,7 +22,7 @@ func (r *databaseReconciler) holdProtected(s *databaseScope) bool {
 	}
 	msg := fmt.Sprintf("the Database is being deleted but spec.deletionProtection is true: no member is torn down further while it is set; "+
 		"set it to false to let the deletion proceed (deletionPolicy %s)", db.Spec.DeletionPolicy)
-	st := stalledStatus(db, fleetv1alpha1.ReasonDeletionProtected, msg)
+	st := dbstatus.Stalled(db, fleetv1alpha1.ReasonDeletionProtected, msg)
 	s.status = &st
 	return true
 }

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -26,25 +25,6 @@ const (
 	restoreJobPoll    = 5 * time.Second
 	restoreBackupPoll = 15 * time.Second
 )
-
-// restoreReport is what a member sync found about spec.restoreFrom in its
-// member; the Database controller turns it into status.restore and the
-// Restored condition. Comparable, so an unchanged report is no change.
-type restoreReport struct {
-	// Active: the Database has spec.restoreFrom.
-	Active bool
-	// Phase is a BackupRecord phase: Pending, Running, Succeeded or Failed.
-	Phase string
-	// Reason is the member's reason while not restored (Restoring,
-	// RestoreFailed, WaitingForBackup, BackupUnusable).
-	Reason   string
-	Message  string
-	Location string
-	// Started and Finished are Unix seconds (0: unknown).
-	Started, Finished int64
-	// UID is the Database's the report is about.
-	UID types.UID
-}
 
 // memberRestore is what a member sync knows about the restore in its member
 // before it applies: whether it is done, so the client Service may exist.
@@ -97,7 +77,7 @@ func (r *memberSyncReconciler) prepareRestore(ctx context.Context, c client.Clie
 	}
 	mr.report.Location = r.restoreLocationFor(ctx, db, cluster)
 	var s corev1.Secret
-	switch err := c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: credentialsName(db)}, &s); {
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: member.CredentialsSecretName(db.Name)}, &s); {
 	case err == nil && s.Annotations[fleetv1alpha1.AnnotationRestored] != "":
 		return done("restored " + s.Annotations[fleetv1alpha1.AnnotationRestored])
 	case err != nil && !apierrors.IsNotFound(err):
@@ -144,7 +124,7 @@ func restoreObjects(objs []client.Object, db *fleetv1alpha1.Database, mr *member
 				continue
 			}
 		case *corev1.Secret:
-			if o.Name == credentialsName(db) && mr.done {
+			if o.Name == member.CredentialsSecretName(db.Name) && mr.done {
 				if o.Annotations == nil {
 					o.Annotations = map[string]string{}
 				}
@@ -330,20 +310,6 @@ func (r *memberSyncReconciler) restoreBackup(ctx context.Context, db *fleetv1alp
 		return nil, fmt.Errorf("reading the database backup: %w", err)
 	}
 	return src, nil
-}
-
-// applyRestore puts the report on the member's status entry: a member that
-// has not restored is Provisioning (never Ready: its client Service does
-// not exist) with the restore's reason.
-func applyRestore(st *fleetv1alpha1.ClusterStatus, rep restoreReport) {
-	if !rep.Active || rep.Phase == fleetv1alpha1.BackupPhaseSucceeded {
-		return
-	}
-	switch st.Phase {
-	case fleetv1alpha1.ClusterPhaseConflict, fleetv1alpha1.ClusterPhaseDegraded, fleetv1alpha1.ClusterPhaseUnreachable:
-		return
-	}
-	st.Phase, st.Reason, st.Message = fleetv1alpha1.ClusterPhaseProvisioning, rep.Reason, statusmsg.Bound(rep.Message)
 }
 
 func unixOf(t *metav1.Time) int64 {

@@ -38,7 +38,7 @@ func planRollout(db *fleetv1alpha1.Database, targets []string, observed map[stri
 	for _, t := range targets {
 		r := observed[t]
 		switch {
-		case r != nil && r.fresh():
+		case r != nil && r.Fresh():
 			allowed[t] = true
 		case r != nil && r.Status.ObservedGeneration == db.Generation:
 			allowed[t] = true

@@ -3,15 +3,14 @@ package database
 import (
 	"context"
 	"fmt"
-	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/hubsecret"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
 )
@@ -33,20 +32,6 @@ import (
 
 // maxRotationToken bounds the annotation's value (it is kept in the status).
 const maxRotationToken = 253
-
-// rotationReport is what a member sync found about the rotation in its member.
-type rotationReport struct {
-	// Token is the rotation the member worked on ("" when none runs).
-	Token string
-	// Switched: the member's databases and Secret moved to the pending password.
-	Switched bool
-	// Current: the member Secret holds exactly the hub credentials.
-	Current bool
-	// Failed says why the member's latest rotation Job failed (it is retried).
-	Failed string
-	// Waiting says what the member waits for before it can switch.
-	Waiting string
-}
 
 // rotationOutcome is what reconcileRotation reports for the status.
 type rotationOutcome struct {
@@ -113,10 +98,10 @@ func (r *databaseReconciler) rotate(ctx context.Context, db *fleetv1alpha1.Datab
 		reason := fleetv1alpha1.ReasonRotating
 		if len(failed) > 0 {
 			reason = fleetv1alpha1.ReasonRotationFailed
-			msg += "; failed, retrying: " + names(failed)
+			msg += "; failed, retrying: " + statusmsg.Names(failed)
 		}
 		if len(waiting) > 0 {
-			msg += "; in progress: " + names(waiting)
+			msg += "; in progress: " + statusmsg.Names(waiting)
 		}
 		return creds, rotationCondition(db, metav1.ConditionFalse, reason, msg, rotated, token), nil
 	}
@@ -159,7 +144,7 @@ func (r *databaseReconciler) rotationSettled(db *fleetv1alpha1.Database, rotated
 			fmt.Sprintf("rotation %q completed on every member", rotated), rotated, "")
 	}
 	return rotationCondition(db, metav1.ConditionFalse, fleetv1alpha1.ReasonRotating,
-		fmt.Sprintf("rotation %q: every member switched; updating the member Secrets of: %s", rotated, names(behind)), reportedRotated(db), rotated)
+		fmt.Sprintf("rotation %q: every member switched; updating the member Secrets of: %s", rotated, statusmsg.Names(behind)), reportedRotated(db), rotated)
 }
 
 func rotationCondition(db *fleetv1alpha1.Database, status metav1.ConditionStatus, reason, msg, rotated, rotating string) rotationOutcome {
@@ -185,11 +170,11 @@ func (o rotationOutcome) apply(st *fleetv1alpha1.DatabaseStatus) {
 // Secret. A mysql Database created before root had a password of its own
 // records root's, the current password, in the same write.
 func (r *databaseReconciler) startRotation(ctx context.Context, db *fleetv1alpha1.Database, token string) (map[string][]byte, error) {
-	password, err := randomBytes()
+	password, err := hubsecret.RandomBytes()
 	if err != nil {
 		return nil, err
 	}
-	return r.patchCredentials(ctx, db, func(data map[string][]byte) (bool, error) {
+	return hubsecret.PatchCredentials(ctx, r.hub, r.live, db, func(data map[string][]byte) (bool, error) {
 		switch {
 		case string(data[member.CredentialsRotationTokenKey]) == token && len(data[member.CredentialsPendingPasswordKey]) > 0:
 			return false, nil // started by an earlier pass (the cache lags)
@@ -207,7 +192,7 @@ func (r *databaseReconciler) startRotation(ctx context.Context, db *fleetv1alpha
 
 // completeRotation makes the pending password the password of the hub Secret.
 func (r *databaseReconciler) completeRotation(ctx context.Context, db *fleetv1alpha1.Database, token string) (map[string][]byte, error) {
-	next, err := r.patchCredentials(ctx, db, func(data map[string][]byte) (bool, error) {
+	next, err := hubsecret.PatchCredentials(ctx, r.hub, r.live, db, func(data map[string][]byte) (bool, error) {
 		switch {
 		case string(data[member.CredentialsRotatedTokenKey]) == token && len(data[member.CredentialsPendingPasswordKey]) == 0:
 			return false, nil // completed by an earlier pass (the cache lags)
@@ -225,48 +210,4 @@ func (r *databaseReconciler) completeRotation(ctx context.Context, db *fleetv1al
 			"every member switched to the new password (token %q)", token)
 	}
 	return next, err
-}
-
-// patchCredentials changes the hub credentials Secret's data with an
-// optimistic lock, reading it live: it is the record of the rotation, and a
-// stale copy must never be written back. change reports whether to write.
-func (r *databaseReconciler) patchCredentials(ctx context.Context, db *fleetv1alpha1.Database, change func(map[string][]byte) (bool, error)) (map[string][]byte, error) {
-	var s corev1.Secret
-	if err := r.live.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: credentialsName(db)}, &s); err != nil {
-		return nil, fmt.Errorf("reading credentials secret: %w", err)
-	}
-	if !metav1.IsControlledBy(&s, db) {
-		return nil, errForeignCredentials{name: db.Namespace + "/" + credentialsName(db)}
-	}
-	patch := client.MergeFromWithOptions(s.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	s.Data = maps.Clone(s.Data)
-	write, err := change(s.Data)
-	if err != nil || !write {
-		return s.Data, err
-	}
-	if err := r.hub.Patch(ctx, &s, patch); err != nil {
-		return nil, fmt.Errorf("updating credentials secret: %w", err)
-	}
-	return s.Data, nil
-}
-
-// recoverableCredentials are the keys of a member's credentials Secret that
-// restore a lost hub Secret, rotation state included (a member may already
-// run on the pending password).
-func recoverableCredentials(data map[string][]byte) map[string][]byte {
-	out := map[string][]byte{}
-	for _, k := range []string{
-		member.CredentialsUsernameKey, member.CredentialsPasswordKey, member.CredentialsRootPasswordKey,
-		member.CredentialsPendingPasswordKey, member.CredentialsRotationTokenKey, member.CredentialsRotatedTokenKey,
-	} {
-		if v := data[k]; len(v) > 0 {
-			out[k] = v
-		}
-	}
-	// A member that switched early holds the pending password as its
-	// password; the hub's password is the one the others still run on.
-	if prev := data[member.CredentialsPreviousPasswordKey]; len(prev) > 0 && len(out[member.CredentialsPendingPasswordKey]) > 0 {
-		out[member.CredentialsPasswordKey] = prev
-	}
-	return out
 }

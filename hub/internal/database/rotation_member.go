@@ -71,7 +71,7 @@ func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Cli
 		pending: p.credentials[member.CredentialsPendingPasswordKey],
 	}
 	var s corev1.Secret
-	switch err := c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: credentialsName(db)}, &s); {
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: member.CredentialsSecretName(db.Name)}, &s); {
 	case err == nil:
 		mr.secret = &s
 	case !apierrors.IsNotFound(err):
@@ -202,6 +202,21 @@ func (r *memberSyncReconciler) removeRotationJobs(ctx context.Context, c client.
 		}
 	}
 	return r.rotationJobSpec(cluster, db, string(secret.Data[member.CredentialsRotationTokenKey]), nil).Remove(ctx, c, own...)
+}
+
+// teardownRotationJobs removes, before a teardown of o's Database (the
+// member sync's, or the reconnect sweep's), the rotation Jobs the hub
+// created for it in the member while its credentials Secret shows a
+// rotation under way (member.RotationUnderWay, through c; at rest no Job is
+// read): removeRotationJobs, so a Job that only carries their labels (made
+// by someone else) stays. Jobs are listed through live, never a cache.
+func (r *memberSyncReconciler) teardownRotationJobs(ctx context.Context, c client.Client, live client.Reader, cluster string, o member.Owner) error {
+	secret, err := member.RotationUnderWay(ctx, c, o)
+	if err != nil || secret == nil {
+		return err
+	}
+	db := &fleetv1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name, UID: o.UID}}
+	return r.removeRotationJobs(ctx, c, live, cluster, db, secret)
 }
 
 // rotationJobSpec is the rotation Job machine of db's token in cluster;

@@ -2,7 +2,6 @@ package database
 
 import (
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -26,25 +25,15 @@ func TestMustWaitForCredentials(t *testing.T) {
 	}
 }
 
-func TestLeftBehindStatus(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	db := &fleetv1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db"}}
-	db.Status.LeftBehind = []fleetv1alpha1.LeftBehind{{Cluster: "old", Message: "m", Since: metav1.NewTime(now)}, {Cluster: "back", Message: "m"}}
-	got := leftBehindStatus(db, []string{"gone"}, map[string]bool{"back": true}, now)
-	if len(got) != 2 || got[0].Cluster != "gone" || got[1].Cluster != "old" {
-		t.Fatalf("leftBehind: %+v; want gone (new) and old (kept), not back (placed again)", got)
-	}
-}
-
 func TestTeardownPolicy(t *testing.T) {
 	db := &fleetv1alpha1.Database{}
 	db.Spec.DeletionPolicy = fleetv1alpha1.DeletionPolicyDelete
-	if p := teardownPolicy(db); p != fleetv1alpha1.DeletionPolicyRetain {
+	if p := db.TeardownPolicy(); p != fleetv1alpha1.DeletionPolicyRetain {
 		t.Errorf("a dropped member of a live Database: %s, want Retain by default", p)
 	}
 	now := metav1.Now()
 	db.DeletionTimestamp = &now
-	if p := teardownPolicy(db); p != fleetv1alpha1.DeletionPolicyDelete {
+	if p := db.TeardownPolicy(); p != fleetv1alpha1.DeletionPolicyDelete {
 		t.Errorf("a deleted Database: %s, want its deletionPolicy", p)
 	}
 }

@@ -186,6 +186,10 @@ func (w *wiring) sweepController() error {
 	sw.SecretAccess = func(ctx context.Context, name string, cl cluster.Cluster, ns string) (bool, error) {
 		return w.secrets.ensure(ctx, name, cl, ns, nil)
 	}
+	// The sweep's teardowns remove the hub's own rotation Jobs as the
+	// member sync's do (member.Teardown touches no Job).
+	jobs := &memberSyncReconciler{opts: w.opts, jobs: w.jobs}
+	sw.RemoveJobs = jobs.teardownRotationJobs
 	if w.shard != nil {
 		sw.Owns = w.shard.coord.Owns
 	}

@@ -56,7 +56,7 @@ func TestPlacementReports(t *testing.T) {
 	pl := &fleetv1alpha1.DatabasePlacement{Spec: fleetv1alpha1.DatabasePlacementSpec{Database: fleetv1alpha1.DatabaseRef{UID: "u1"}}, Status: st}
 	got := resultOf(pl)
 	g.Expect(got).NotTo(BeNil())
-	g.Expect(got.sameAs(res)).To(BeTrue())
+	g.Expect(got.SameAs(res)).To(BeTrue())
 	pl.Spec.Database.UID = "u2"
 	g.Expect(resultOf(pl)).To(BeNil(), "a report about an earlier incarnation")
 }

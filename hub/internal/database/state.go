@@ -7,11 +7,11 @@ import (
 	"sync"
 	"time"
 
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/cache"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/dbstatus"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/member"
 )
@@ -109,46 +109,16 @@ func sameTopology(a, b *member.Topology) bool {
 		bytes.Equal(ca.ReplicationCert, cb.ReplicationCert) && bytes.Equal(ca.ReplicationKey, cb.ReplicationKey)
 }
 
-// memberResult is what the last member sync observed for one Database in one member.
-type memberResult struct {
-	// Status is the member's entry for Database.status.clusters.
-	Status fleetv1alpha1.ClusterStatus
-	// HasWorkload is true when the member has the Database's StatefulSet.
-	HasWorkload bool
-	// TornDown is true when a teardown finished in this member.
-	TornDown bool
-	// Unreachable is true when the member could not be reached.
-	Unreachable bool
-	// Rotation is what the member sync found about a credential rotation.
-	Rotation rotationReport
-	// Restore is what the member sync found about spec.restoreFrom.
-	Restore restoreReport
-	// FinalBackup is the member's final backup before its teardown (nil: none).
-	FinalBackup *fleetv1alpha1.BackupRecord
-	// Replication is what the member's CloudNativePG Cluster says about its
-	// place in a PrimaryStandby topology; nil otherwise, and when the last
-	// sync could not observe it.
-	Replication *member.ReplicationStatus
-	// At is when the result was recorded.
-	At time.Time
-}
+// memberResult is what the last member sync observed for one Database in
+// one member (dbstatus.Result: the status is computed from it).
+type memberResult = dbstatus.Result
 
-// fresh is true for a member with nothing of the Database in it yet.
-func (r *memberResult) fresh() bool {
-	return !r.Unreachable && !r.HasWorkload && r.Status.Phase == fleetv1alpha1.ClusterPhasePending
-}
-
-// sameAs compares everything but timestamps.
-func (r *memberResult) sameAs(o *memberResult) bool {
-	if o == nil {
-		return false
-	}
-	a, b := r.Status, o.Status
-	a.LastSyncTime, b.LastSyncTime = nil, nil
-	return a == b && r.HasWorkload == o.HasWorkload && r.TornDown == o.TornDown && r.Unreachable == o.Unreachable &&
-		r.Rotation == o.Rotation && r.Restore == o.Restore && apiequality.Semantic.DeepEqual(r.FinalBackup, o.FinalBackup) &&
-		sameReplication(r.Replication, o.Replication)
-}
+// rotationReport and restoreReport are what a member sync found about a
+// credential rotation and spec.restoreFrom in its member.
+type (
+	rotationReport = dbstatus.RotationReport
+	restoreReport  = dbstatus.RestoreReport
+)
 
 // state is the in-memory meeting point of the two controllers.
 type state struct {
@@ -229,10 +199,10 @@ func (s *state) record(key types.NamespacedName, cluster string, r *memberResult
 	redactResult(r)
 	m[cluster] = r
 	switch {
-	case r.sameAs(prev):
+	case r.SameAs(prev):
 		return resultSame
 	case prev != nil && prev.Status.Phase == r.Status.Phase && prev.TornDown == r.TornDown && prev.Unreachable == r.Unreachable &&
-		backupPhase(prev.FinalBackup) == backupPhase(r.FinalBackup):
+		dbstatus.BackupPhase(prev.FinalBackup) == dbstatus.BackupPhase(r.FinalBackup):
 		return resultProgress
 	case r.Status.Phase == fleetv1alpha1.ClusterPhasePending || r.Status.Phase == fleetv1alpha1.ClusterPhaseProvisioning:
 		return resultProgress

@@ -4,6 +4,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/dbstatus"
 	"github.com/fleetdb/fleetdb/internal/placement"
 )
 
@@ -22,15 +23,15 @@ func (r *memberSyncReconciler) standbyFinalBackup(key types.NamespacedName, clus
 	if primary == "" || !p.teardown[primary] {
 		return finalBackupStep{}, false
 	}
-	rec := backupRecordFor(fb.db.Status.FinalBackups, primary)
+	rec := dbstatus.BackupRecordFor(fb.db.Status.FinalBackups, primary)
 	if res := r.state.resultsFor(key)[primary]; res != nil && res.FinalBackup != nil {
 		rec = res.FinalBackup
 	}
-	switch phase := backupPhase(rec); {
+	switch phase := dbstatus.BackupPhase(rec); {
 	case phase == fleetv1alpha1.BackupPhaseSucceeded:
 		return finalBackupStep{record: &fleetv1alpha1.BackupRecord{Cluster: cluster, Phase: fleetv1alpha1.BackupPhaseSkipped,
 			Message: "a standby member: the final backup of the primary member " + primary + " covers it"}}, true
-	case backupEnded(phase):
+	case dbstatus.BackupEnded(phase):
 		return finalBackupStep{}, false
 	}
 	msg := "waiting for the final backup in the primary member " + primary + " (a dump of a standby can be cancelled by recovery conflicts)"

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/dbstatus"
 )
 
 // primaryStandbyDB is a PrimaryStandby Database on m1, m2, m3 whose primary
@@ -50,7 +51,7 @@ func TestFinalBackupFromPrimary(t *testing.T) {
 	g.Expect(step.hold).To(BeFalse())
 	g.Expect(step.record).To(And(HaveField("Phase", fleetv1alpha1.BackupPhaseSkipped), HaveField("Message", ContainSubstring("m2"))))
 
-	r.state.record(key, "m2", &memberResult{FinalBackup: &fleetv1alpha1.BackupRecord{Cluster: "m2", Phase: fleetv1alpha1.BackupPhaseSkipped, Message: unreachableBackupMessage}})
+	r.state.record(key, "m2", &memberResult{FinalBackup: &fleetv1alpha1.BackupRecord{Cluster: "m2", Phase: fleetv1alpha1.BackupPhaseSkipped, Message: dbstatus.UnreachableBackupMessage}})
 	_, ok = r.standbyFinalBackup(key, "m1", p)
 	g.Expect(ok).To(BeFalse(), "no backup in the primary member: the standby takes its own")
 

@@ -45,11 +45,3 @@ func observeReplication(ctx context.Context, c client.Reader, db *fleetv1alpha1.
 	rs := member.ReadReplicationStatus(u)
 	return &rs, nil
 }
-
-// sameReplication compares two observations.
-func sameReplication(a, b *member.ReplicationStatus) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
-}

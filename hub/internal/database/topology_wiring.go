@@ -12,6 +12,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/hub/internal/dbstatus"
+	"github.com/fleetdb/fleetdb/hub/internal/hubsecret"
 	"github.com/fleetdb/fleetdb/hub/internal/topology"
 	"github.com/fleetdb/fleetdb/internal/pki"
 	"github.com/fleetdb/fleetdb/member"
@@ -20,7 +22,7 @@ import (
 // reconcileTopologyWiring prepares what a PrimaryStandby Database's members
 // need to stream from each other: every placed member's replication
 // endpoint (MemberCluster spec.replication), the certificates from the
-// Database's CA (ensureTopologyPKI), and each member's member.Topology
+// Database's CA (hubsecret.EnsureTopologyPKI), and each member's member.Topology
 // (topologyFor), which the plan carries to the member syncs.
 //
 // A primaryCluster that is not placed stalls the Database (PrimaryNotPlaced);
@@ -41,7 +43,7 @@ func (r *databaseReconciler) reconcileTopologyWiring(ctx context.Context, s *dat
 		return ctrl.Result{}, err
 	}
 	if len(missing) > 0 {
-		st := waitingStatus(s.db, fleetv1alpha1.ReasonWaitingForReplicationEndpoint, fmt.Sprintf(
+		st := dbstatus.Waiting(s.db, fleetv1alpha1.ReasonWaitingForReplicationEndpoint, fmt.Sprintf(
 			"members %s have no spec.replication in their MemberCluster: the other members could not reach them; "+
 				"the platform team sets it (see docs/topology.md, \"Wiring and prerequisites\")", strings.Join(missing, ", ")))
 		s.status = &st
@@ -51,7 +53,7 @@ func (r *databaseReconciler) reconcileTopologyWiring(ctx context.Context, s *dat
 	for _, p := range peers {
 		hosts[p.Name] = p.Host
 	}
-	certs, err := ensureTopologyPKI(ctx, r.hub, r.live, s.db, hosts, r.now())
+	certs, err := hubsecret.EnsureTopologyPKI(ctx, r.hub, r.live, s.db, hosts, r.now())
 	var broken pki.Error
 	switch {
 	case errors.As(err, &broken):

@@ -72,6 +72,11 @@ type Sweeper struct {
 	// identity's Secret role is bound per managed namespace); it reports
 	// false when the namespace is gone, which leaves nothing to collect.
 	SecretAccess func(ctx context.Context, cluster string, cl cluster.Cluster, namespace string) (bool, error)
+	// RemoveJobs, when set, removes the hub's own Jobs of o's Database in
+	// a member before its teardown there (member.Teardown touches no Job:
+	// only the hub can tell its own, by its job ledger); c is the member's
+	// client, live reads the member's API server.
+	RemoveJobs func(ctx context.Context, c client.Client, live client.Reader, cluster string, o member.Owner) error
 
 	mu sync.Mutex
 	// attempts counts the sweeps of a member since it turned Ready.
@@ -225,6 +230,11 @@ func (s *Sweeper) sweepOnce(ctx context.Context, cluster string) (unsure int, er
 			}
 		}
 		done := !present
+		if present && s.RemoveJobs != nil {
+			if err := s.RemoveJobs(ctx, cl.GetClient(), cl.GetAPIReader(), cluster, owner); err != nil {
+				return unsure, err
+			}
+		}
 		if present {
 			if done, err = member.Teardown(ctx, cl.GetClient(), owner, policy, s.memo); err != nil {
 				return unsure, err

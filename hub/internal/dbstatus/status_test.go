@@ -1,4 +1,4 @@
-package database
+package dbstatus
 
 import (
 	"encoding/json"
@@ -15,8 +15,8 @@ import (
 	"github.com/fleetdb/fleetdb/internal/placement"
 )
 
-func readyResult(name string, gen int64) *memberResult {
-	return &memberResult{HasWorkload: true, Status: fleetv1alpha1.ClusterStatus{
+func readyResult(name string, gen int64) *Result {
+	return &Result{HasWorkload: true, Status: fleetv1alpha1.ClusterStatus{
 		Name: name, Phase: fleetv1alpha1.ClusterPhaseReady, Replicas: 2, ReadyReplicas: 2, ObservedGeneration: gen,
 		Version: "17", Endpoint: "orders.team-a.svc:5432",
 	}}
@@ -36,7 +36,7 @@ type computeStatusCase struct {
 	name        string
 	gen         int64
 	targets     []string
-	results     map[string]*memberResult
+	results     map[string]*Result
 	unreachable func(string) (bool, string)
 	allowed     map[string]bool
 	teardown    []string
@@ -49,7 +49,7 @@ var bothAllowed = map[string]bool{"a": true, "b": true}
 var computeStatusCases = []computeStatusCase{
 	{
 		name: "all members ready on the current generation", gen: 3, targets: []string{"a", "b"}, allowed: bothAllowed,
-		results: map[string]*memberResult{"a": readyResult("a", 3), "b": readyResult("b", 3)},
+		results: map[string]*Result{"a": readyResult("a", 3), "b": readyResult("b", 3)},
 		check: func(g Gomega, st fleetv1alpha1.DatabaseStatus) {
 			g.Expect(meta.IsStatusConditionTrue(st.Conditions, fleetv1alpha1.ConditionReady)).To(BeTrue())
 			g.Expect(meta.IsStatusConditionTrue(st.Conditions, fleetv1alpha1.ConditionPlaced)).To(BeTrue())
@@ -65,7 +65,7 @@ var computeStatusCases = []computeStatusCase{
 	},
 	{
 		name: "a member on an older generation is not ready", gen: 4, targets: []string{"a", "b"}, allowed: bothAllowed,
-		results: map[string]*memberResult{"a": readyResult("a", 4), "b": readyResult("b", 3)},
+		results: map[string]*Result{"a": readyResult("a", 4), "b": readyResult("b", 3)},
 		check: func(g Gomega, st fleetv1alpha1.DatabaseStatus) {
 			g.Expect(meta.IsStatusConditionFalse(st.Conditions, fleetv1alpha1.ConditionReady)).To(BeTrue())
 			g.Expect(meta.IsStatusConditionTrue(st.Conditions, fleetv1alpha1.ConditionReconciling)).To(BeTrue())
@@ -76,7 +76,7 @@ var computeStatusCases = []computeStatusCase{
 	},
 	{
 		name: "members held by the rollout say so", gen: 4, targets: []string{"a", "b"}, allowed: map[string]bool{"a": true},
-		results: map[string]*memberResult{"a": readyResult("a", 3), "b": readyResult("b", 3)},
+		results: map[string]*Result{"a": readyResult("a", 3), "b": readyResult("b", 3)},
 		check: func(g Gomega, st fleetv1alpha1.DatabaseStatus) {
 			g.Expect(st.Clusters[1].Message).To(ContainSubstring("waiting for the rollout"))
 			g.Expect(meta.FindStatusCondition(st.Conditions, fleetv1alpha1.ConditionReconciling).Reason).To(Equal(fleetv1alpha1.ReasonRollingOut))
@@ -84,7 +84,7 @@ var computeStatusCases = []computeStatusCase{
 	},
 	{
 		name: "unreachable and conflicting members degrade and are named", gen: 1, targets: []string{"a", "b", "c"}, allowed: bothAllowed,
-		results: map[string]*memberResult{
+		results: map[string]*Result{
 			"a": readyResult("a", 1),
 			"c": {HasWorkload: true, Status: fleetv1alpha1.ClusterStatus{Phase: fleetv1alpha1.ClusterPhaseConflict, Message: "StatefulSet team-a/orders exists"}},
 		},
@@ -111,7 +111,7 @@ var computeStatusCases = []computeStatusCase{
 	},
 	{
 		name: "members being torn down are listed and keep Ready false", gen: 2, targets: []string{"a"}, allowed: bothAllowed, teardown: []string{"z"},
-		results: map[string]*memberResult{"a": readyResult("a", 2), "z": {Status: fleetv1alpha1.ClusterStatus{Phase: fleetv1alpha1.ClusterPhaseDeleting}}},
+		results: map[string]*Result{"a": readyResult("a", 2), "z": {Status: fleetv1alpha1.ClusterStatus{Phase: fleetv1alpha1.ClusterPhaseDeleting}}},
 		check: func(g Gomega, st fleetv1alpha1.DatabaseStatus) {
 			g.Expect(st.Clusters).To(HaveLen(2))
 			g.Expect(st.Clusters[1].Phase).To(Equal(fleetv1alpha1.ClusterPhaseDeleting))
@@ -130,9 +130,9 @@ func TestComputeStatus(t *testing.T) {
 			if un == nil {
 				un = reachableAll
 			}
-			st := computeStatus(statusInput{
-				db: statusDB(tc.gen), placement: placement.Result{Targets: tc.targets}, allowed: tc.allowed,
-				results: tc.results, unreachable: un, teardown: tc.teardown, now: now,
+			st := Compute(Input{
+				DB: statusDB(tc.gen), Placement: placement.Result{Targets: tc.targets}, Allowed: tc.allowed,
+				Results: tc.results, Unreachable: un, Teardown: tc.teardown, Now: now,
 			})
 			tc.check(g, st)
 		})
@@ -142,20 +142,20 @@ func TestComputeStatus(t *testing.T) {
 func TestComputeStatusIsStable(t *testing.T) {
 	g := NewWithT(t)
 	db := statusDB(1)
-	in := statusInput{
-		db: db, placement: placement.Result{Targets: []string{"a", "b"}}, allowed: map[string]bool{"a": true, "b": true},
-		results:     map[string]*memberResult{"a": readyResult("a", 1), "b": readyResult("b", 1)},
-		unreachable: reachableAll, now: time.Now(),
+	in := Input{
+		DB: db, Placement: placement.Result{Targets: []string{"a", "b"}}, Allowed: map[string]bool{"a": true, "b": true},
+		Results:     map[string]*Result{"a": readyResult("a", 1), "b": readyResult("b", 1)},
+		Unreachable: reachableAll, Now: time.Now(),
 	}
-	first := computeStatus(in)
+	first := Compute(in)
 	for i := range first.Clusters {
 		ts := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
 		first.Clusters[i].LastSyncTime = &ts
 	}
 	db.Status = first
 	// A later observation of the same state (new sync time) changes nothing.
-	in.results["a"].Status.LastSyncTime = &metav1.Time{Time: time.Now()}
-	second := computeStatus(in)
+	in.Results["a"].Status.LastSyncTime = &metav1.Time{Time: time.Now()}
+	second := Compute(in)
 	g.Expect(second).To(Equal(first))
 }
 
@@ -163,7 +163,7 @@ func TestStatusStaysBoundedAt100Members(t *testing.T) {
 	g := NewWithT(t)
 	db := statusDB(7)
 	var targets []string
-	results := map[string]*memberResult{}
+	results := map[string]*Result{}
 	for i := range 100 {
 		name := fmt.Sprintf("member-cluster-in-region-%03d", i)
 		targets = append(targets, name)
@@ -172,9 +172,9 @@ func TestStatusStaysBoundedAt100Members(t *testing.T) {
 		r.Status.Message = strings.Repeat("x", 2000)
 		results[name] = r
 	}
-	st := computeStatus(statusInput{
-		db: db, placement: placement.Result{Targets: targets, Missing: targets}, results: results,
-		unreachable: func(string) (bool, string) { return true, strings.Repeat("y", 5000) }, now: time.Now(),
+	st := Compute(Input{
+		DB: db, Placement: placement.Result{Targets: targets, Missing: targets}, Results: results,
+		Unreachable: func(string) (bool, string) { return true, strings.Repeat("y", 5000) }, Now: time.Now(),
 	})
 	b, err := json.Marshal(st)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -187,17 +187,17 @@ func TestStatusStaysBoundedAt100Members(t *testing.T) {
 func TestLastChangeTraceID(t *testing.T) {
 	g := NewWithT(t)
 	const old, fresh = "0af7651916cd43dd8448eb211c80319c", "4bf92f3577b34da6a3ce929d0e0e4736"
-	tp := "00-" + fresh + "-00f067aa0ba902b7-00"
+	tp := fresh // the trace of the change now published (telemetry.TraceIDOf of its traceparent)
 	db := &fleetv1alpha1.Database{}
 	db.Generation = 2
 	db.Status.ObservedGeneration, db.Status.LastChangeTraceID = 2, old
-	g.Expect(lastChangeTraceID(db, tp)).To(Equal(old), "kept while its generation is observed: a hub restart's new traces write nothing")
+	g.Expect(LastChangeTraceID(db, tp)).To(Equal(old), "kept while its generation is observed: a hub restart's new traces write nothing")
 	db.Generation = 3
-	g.Expect(lastChangeTraceID(db, tp)).To(Equal(fresh), "a new generation takes the trace of the change now published")
-	g.Expect(lastChangeTraceID(db, "")).To(Equal(old), "no plan: kept")
+	g.Expect(LastChangeTraceID(db, tp)).To(Equal(fresh), "a new generation takes the trace of the change now published")
+	g.Expect(LastChangeTraceID(db, "")).To(Equal(old), "no plan: kept")
 	db.Status.LastChangeTraceID = ""
 	db.Generation = 2
-	g.Expect(lastChangeTraceID(db, tp)).To(Equal(fresh), "an empty one is filled in")
+	g.Expect(LastChangeTraceID(db, tp)).To(Equal(fresh), "an empty one is filled in")
 }
 
 // TestStalledGenerationGetsItsOwnChangeTrace: a new generation that stalls
@@ -210,14 +210,14 @@ func TestStalledGenerationGetsItsOwnChangeTrace(t *testing.T) {
 	db := &fleetv1alpha1.Database{}
 	db.Generation = 3
 	db.Status.ObservedGeneration, db.Status.LastChangeTraceID = 2, old
-	db.Status = stalledStatus(db, fleetv1alpha1.ReasonNamespaceNotAllowed, "namespace may not use eu-2")
+	db.Status = Stalled(db, fleetv1alpha1.ReasonNamespaceNotAllowed, "namespace may not use eu-2")
 	g.Expect(db.Status.ObservedGeneration).To(Equal(int64(3)))
 	g.Expect(db.Status.LastChangeTraceID).To(BeEmpty())
-	g.Expect(lastChangeTraceID(db, "00-"+fresh+"-00f067aa0ba902b7-00")).To(Equal(fresh))
+	g.Expect(LastChangeTraceID(db, fresh)).To(Equal(fresh))
 
 	// Stalled again on the same generation: nothing changes (no write).
-	again := stalledStatus(db, fleetv1alpha1.ReasonNamespaceNotAllowed, "namespace may not use eu-2")
+	again := Stalled(db, fleetv1alpha1.ReasonNamespaceNotAllowed, "namespace may not use eu-2")
 	g.Expect(again.LastChangeTraceID).To(Equal(db.Status.LastChangeTraceID))
 	db.Status.LastChangeTraceID = fresh
-	g.Expect(stalledStatus(db, fleetv1alpha1.ReasonNamespaceNotAllowed, "x").LastChangeTraceID).To(Equal(fresh), "a stall of an acted-on generation keeps its trace")
+	g.Expect(Stalled(db, fleetv1alpha1.ReasonNamespaceNotAllowed, "x").LastChangeTraceID).To(Equal(fresh), "a stall of an acted-on generation keeps its trace")
 }

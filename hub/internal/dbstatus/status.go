@@ -1,4 +1,4 @@
-package database
+package dbstatus
 
 import (
 	"fmt"
@@ -9,35 +9,35 @@ import (
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/internal/placement"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
-	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
 
-// statusInput is everything the status of a Database is computed from.
-type statusInput struct {
-	db        *fleetv1alpha1.Database
-	placement placement.Result
-	// teardown are members being torn down (dropped from placement, or all on deletion).
-	teardown []string
-	// allowed are targets the rollout lets run the current generation.
-	allowed map[string]bool
-	results map[string]*memberResult
-	// unreachable reports a member the registry cannot reach, with why.
-	unreachable func(cluster string) (bool, string)
-	now         time.Time
-	// changeTraceparent is the traceparent of the change the published plan belongs to.
-	changeTraceparent string
+// Input is everything the status of a Database is computed from.
+type Input struct {
+	DB        *fleetv1alpha1.Database
+	Placement placement.Result
+	// Teardown are members being torn down (dropped from placement, or all on deletion).
+	Teardown []string
+	// Allowed are targets the rollout lets run the current generation.
+	Allowed map[string]bool
+	Results map[string]*Result
+	// Unreachable reports a member the registry cannot reach, with why.
+	Unreachable func(cluster string) (bool, string)
+	Now         time.Time
+	// ChangeTraceID is the trace ID of the change the published plan
+	// belongs to ("" when none).
+	ChangeTraceID string
 }
 
-// lastChangeTraceID is status.lastChangeTraceID: kept while the generation
+// LastChangeTraceID is status.lastChangeTraceID: kept while the generation
 // it was taken for is the observed one (a hub restart starts new traces for
 // the same change, which must not rewrite the status), else the trace of the
-// change now published.
-func lastChangeTraceID(db *fleetv1alpha1.Database, traceparent string) string {
+// change now published (traceID; "": none).
+func LastChangeTraceID(db *fleetv1alpha1.Database, traceID string) string {
 	if db.Status.LastChangeTraceID != "" && db.Status.ObservedGeneration == db.Generation {
 		return db.Status.LastChangeTraceID
 	}
-	if sc := telemetry.SpanContextOf(traceparent); sc.IsValid() {
-		return sc.TraceID().String()
+	if traceID != "" {
+		return traceID
 	}
 	return db.Status.LastChangeTraceID
 }
@@ -75,21 +75,21 @@ func (t memberTally) problems() []string {
 	return out
 }
 
-// computeStatus folds member observations into the Database's status. It is
+// Compute folds member observations into the Database's status. It is
 // pure: the same input gives the same status, so an unchanged fleet gives an
 // unchanged status and no write. Each condition has its setter
-// (status_conditions.go); the phase is derived from the conditions.
-func computeStatus(in statusInput) fleetv1alpha1.DatabaseStatus {
-	db := in.db
+// (conditions.go); the phase is derived from the conditions.
+func Compute(in Input) fleetv1alpha1.DatabaseStatus {
+	db := in.DB
 	st := fleetv1alpha1.DatabaseStatus{ObservedGeneration: db.Generation, Conditions: slices.Clone(db.Status.Conditions),
-		LastChangeTraceID: lastChangeTraceID(db, in.changeTraceparent)}
+		LastChangeTraceID: LastChangeTraceID(db, in.ChangeTraceID)}
 	var t memberTally
 	st.Clusters, t = memberEntries(in)
 	st.TargetClusters = int32(len(t.targets))
 	st.ReadyClusters = int32(len(t.ready))
 	st.ReadySummary = fmt.Sprintf("%d/%d", len(t.ready), len(t.targets))
 
-	setPlacedCondition(&st, in.placement)
+	setPlacedCondition(&st, in.Placement)
 	setDegradedCondition(&st, t)
 	setReadyCondition(&st, t)
 	setReconcilingCondition(&st, t)
@@ -102,15 +102,15 @@ func computeStatus(in statusInput) fleetv1alpha1.DatabaseStatus {
 
 // memberEntries builds the status.clusters entries, sorted by name, and
 // tallies them.
-func memberEntries(in statusInput) ([]fleetv1alpha1.ClusterStatus, memberTally) {
-	deleting := !in.db.DeletionTimestamp.IsZero()
-	t := memberTally{deleting: deleting, targets: in.placement.Targets, teardown: in.teardown, allowed: len(in.allowed)}
+func memberEntries(in Input) ([]fleetv1alpha1.ClusterStatus, memberTally) {
+	deleting := !in.DB.DeletionTimestamp.IsZero()
+	t := memberTally{deleting: deleting, targets: in.Placement.Targets, teardown: in.Teardown, allowed: len(in.Allowed)}
 	prev := map[string]fleetv1alpha1.ClusterStatus{}
-	for _, c := range in.db.Status.Clusters {
+	for _, c := range in.DB.Status.Clusters {
 		prev[c.Name] = c
 	}
 	var entries []fleetv1alpha1.ClusterStatus
-	for _, name := range in.placement.Targets {
+	for _, name := range in.Placement.Targets {
 		cs := clusterEntry(in, prev, name, deleting)
 		entries = append(entries, cs)
 		switch cs.Phase {
@@ -126,8 +126,8 @@ func memberEntries(in statusInput) ([]fleetv1alpha1.ClusterStatus, memberTally) 
 			t.progressing = append(t.progressing, name)
 		}
 	}
-	for _, name := range in.teardown {
-		if slices.Contains(in.placement.Targets, name) {
+	for _, name := range in.Teardown {
+		if slices.Contains(in.Placement.Targets, name) {
 			continue
 		}
 		cs := clusterEntry(in, prev, name, true)
@@ -144,9 +144,9 @@ func memberEntries(in statusInput) ([]fleetv1alpha1.ClusterStatus, memberTally) 
 // status said before the hub started), overridden by what the hub knows
 // better: the member is unreachable, being torn down, behind the current
 // generation or held by the rollout.
-func clusterEntry(in statusInput, prev map[string]fleetv1alpha1.ClusterStatus, name string, tearingDown bool) fleetv1alpha1.ClusterStatus {
-	gen := in.db.Generation
-	r := in.results[name]
+func clusterEntry(in Input, prev map[string]fleetv1alpha1.ClusterStatus, name string, tearingDown bool) fleetv1alpha1.ClusterStatus {
+	gen := in.DB.Generation
+	r := in.Results[name]
 	cs := fleetv1alpha1.ClusterStatus{Name: name, Phase: fleetv1alpha1.ClusterPhasePending}
 	if r != nil {
 		cs = r.Status
@@ -155,7 +155,7 @@ func clusterEntry(in statusInput, prev map[string]fleetv1alpha1.ClusterStatus, n
 		// Not observed since the hub started: keep what was reported.
 		cs = p
 	}
-	if down, why := in.unreachable(name); down || (r != nil && r.Unreachable) {
+	if down, why := in.Unreachable(name); down || (r != nil && r.Unreachable) {
 		if why == "" && r != nil {
 			why = r.Status.Message
 		}
@@ -175,8 +175,8 @@ func clusterEntry(in statusInput, prev map[string]fleetv1alpha1.ClusterStatus, n
 			cs.Phase = fleetv1alpha1.ClusterPhaseProvisioning
 			cs.Message = fmt.Sprintf("running generation %d, rolling out %d", cs.ObservedGeneration, gen)
 		}
-		if !in.allowed[name] && cs.Phase != fleetv1alpha1.ClusterPhaseUnreachable && cs.Phase != fleetv1alpha1.ClusterPhaseConflict {
-			cs.Message = fmt.Sprintf("waiting for the rollout (maxUnavailable %d) to reach this member", in.db.Spec.Rollout.MaxUnavailable)
+		if !in.Allowed[name] && cs.Phase != fleetv1alpha1.ClusterPhaseUnreachable && cs.Phase != fleetv1alpha1.ClusterPhaseConflict {
+			cs.Message = fmt.Sprintf("waiting for the rollout (maxUnavailable %d) to reach this member", in.DB.Spec.Rollout.MaxUnavailable)
 		}
 	}
 	// lastSyncTime moves only when the entry changes, so a steady fleet writes nothing.

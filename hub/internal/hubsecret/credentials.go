@@ -1,10 +1,19 @@
-package database
+// Package hubsecret keeps the hub Secrets a Database owns: its credentials
+// (created once with crypto/rand, recovered from a member's copy when the
+// hub Secret is lost, adopted from an earlier Database of the name, never
+// replaced; a rotation edits them under an optimistic lock) and the CA and
+// certificates of a PrimaryStandby topology (the CA created once, leaves
+// issued and renewed by internal/pki). A Secret of that name that is not the
+// Database's is never touched. The Database controller
+// (hub/internal/database) calls it; it knows nothing of members or plans.
+package hubsecret
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,34 +27,29 @@ import (
 	"github.com/fleetdb/fleetdb/member"
 )
 
-// credentialsName is the hub Secret that keeps a Database's credentials.
-func credentialsName(db *fleetv1alpha1.Database) string {
-	return member.CredentialsSecretName(db.Name)
-}
-
-// errForeignCredentials is a terminal error: a Secret of that name exists on
+// ForeignCredentialsError is a terminal error: a Secret of that name exists on
 // the hub and belongs to someone else.
-type errForeignCredentials struct{ name string }
+type ForeignCredentialsError struct{ name string }
 
-func (e errForeignCredentials) Error() string {
+func (e ForeignCredentialsError) Error() string {
 	return fmt.Sprintf("secret %s exists and is not owned by this Database; rename or remove it", e.name)
 }
 
-// ensureCredentials returns the Database's credentials, generating them once
+// EnsureCredentials returns the Database's credentials, generating them once
 // with crypto/rand into a hub Secret owned by the Database. The same data goes
 // to every member.
 //
 // A password is never replaced: when the hub Secret is missing (a new
 // Database, one recreated under the same name or restored from Git, or a
 // deleted Secret), recoverFromMembers first supplies the copy a member holds;
-// it returns an error (errWaitingForCredentials) while a member that may hold
+// it returns an error (the Database controller's errWaitingForCredentials) while a member that may hold
 // one cannot be read. Only when no member holds one is a new password
 // generated, and only for a Database that never ran anywhere (else it stalls
-// with errLostCredentials).
-func ensureCredentials(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database,
+// with LostCredentialsError).
+func EnsureCredentials(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database,
 	recoverFromMembers func() (map[string][]byte, error)) (map[string][]byte, error) {
 	var s corev1.Secret
-	key := client.ObjectKey{Namespace: db.Namespace, Name: credentialsName(db)}
+	key := client.ObjectKey{Namespace: db.Namespace, Name: member.CredentialsSecretName(db.Name)}
 	err := c.Get(ctx, key, &s)
 	if apierrors.IsNotFound(err) {
 		data, rerr := recoverFromMembers()
@@ -71,16 +75,16 @@ func ensureCredentials(ctx context.Context, c client.Client, live client.Reader,
 			}
 		}
 		if !metav1.IsControlledBy(&s, db) {
-			return nil, errForeignCredentials{name: key.String()}
+			return nil, ForeignCredentialsError{name: key.String()}
 		}
 		if len(s.Data["password"]) == 0 || len(s.Data["username"]) == 0 {
-			return nil, errForeignCredentials{name: key.String()}
+			return nil, ForeignCredentialsError{name: key.String()}
 		}
 		return s.Data, nil
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("reading credentials secret: %w", err)
 	}
-	return nil, errLostCredentials{name: key.String()}
+	return nil, LostCredentialsError{name: key.String()}
 }
 
 // leftoverOf reports whether s is the credentials Secret of an earlier
@@ -122,7 +126,7 @@ func createCredentials(ctx context.Context, c client.Client, db *fleetv1alpha1.D
 		if db.Spec.Engine == fleetv1alpha1.EngineMySQL {
 			// root's own password, never the application user's (rotation
 			// changes the latter only).
-			if data[member.CredentialsRootPasswordKey], err = randomBytes(); err != nil {
+			if data[member.CredentialsRootPasswordKey], err = RandomBytes(); err != nil {
 				return nil, err
 			}
 		}
@@ -163,11 +167,11 @@ func newHubSecret(db *fleetv1alpha1.Database, key client.ObjectKey, data map[str
 	return s, nil
 }
 
-// errLostCredentials is a terminal error: the hub copy of a running
+// LostCredentialsError is a terminal error: the hub copy of a running
 // Database's credentials is gone and no member could provide one.
-type errLostCredentials struct{ name string }
+type LostCredentialsError struct{ name string }
 
-func (e errLostCredentials) Error() string {
+func (e LostCredentialsError) Error() string {
 	return fmt.Sprintf("credentials secret %s is missing on the hub and no reachable member holds a copy; "+
 		"restore it (a new password would lock clients out of the running databases)", e.name)
 }
@@ -180,7 +184,53 @@ func randomPassword() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-func randomBytes() ([]byte, error) {
+// RandomBytes is a new random password (24 bytes from crypto/rand, base64url).
+func RandomBytes() ([]byte, error) {
 	p, err := randomPassword()
 	return []byte(p), err
+}
+
+// PatchCredentials changes the hub credentials Secret's data with an
+// optimistic lock, reading it live: it is the record of the rotation, and a
+// stale copy must never be written back. change reports whether to write.
+func PatchCredentials(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database,
+	change func(map[string][]byte) (bool, error)) (map[string][]byte, error) {
+	var s corev1.Secret
+	if err := live.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: member.CredentialsSecretName(db.Name)}, &s); err != nil {
+		return nil, fmt.Errorf("reading credentials secret: %w", err)
+	}
+	if !metav1.IsControlledBy(&s, db) {
+		return nil, ForeignCredentialsError{name: db.Namespace + "/" + member.CredentialsSecretName(db.Name)}
+	}
+	patch := client.MergeFromWithOptions(s.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	s.Data = maps.Clone(s.Data)
+	write, err := change(s.Data)
+	if err != nil || !write {
+		return s.Data, err
+	}
+	if err := c.Patch(ctx, &s, patch); err != nil {
+		return nil, fmt.Errorf("updating credentials secret: %w", err)
+	}
+	return s.Data, nil
+}
+
+// RecoverableCredentials are the keys of a member's credentials Secret that
+// restore a lost hub Secret, rotation state included (a member may already
+// run on the pending password).
+func RecoverableCredentials(data map[string][]byte) map[string][]byte {
+	out := map[string][]byte{}
+	for _, k := range []string{
+		member.CredentialsUsernameKey, member.CredentialsPasswordKey, member.CredentialsRootPasswordKey,
+		member.CredentialsPendingPasswordKey, member.CredentialsRotationTokenKey, member.CredentialsRotatedTokenKey,
+	} {
+		if v := data[k]; len(v) > 0 {
+			out[k] = v
+		}
+	}
+	// A member that switched early holds the pending password as its
+	// password; the hub's password is the one the others still run on.
+	if prev := data[member.CredentialsPreviousPasswordKey]; len(prev) > 0 && len(out[member.CredentialsPendingPasswordKey]) > 0 {
+		out[member.CredentialsPasswordKey] = prev
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package database
+package dbstatus
 
 import (
 	"fmt"
@@ -20,8 +20,8 @@ import (
 // while True, or False beside Stalled); there is no Progressing beside it,
 // which would only repeat it.
 
-// setCondition sets one condition at the status' observedGeneration, with a bounded message.
-func setCondition(st *fleetv1alpha1.DatabaseStatus, condType string, status metav1.ConditionStatus, reason, msg string) {
+// SetCondition sets one condition at the status' observedGeneration, with a bounded message.
+func SetCondition(st *fleetv1alpha1.DatabaseStatus, condType string, status metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 		Type: condType, Status: status, Reason: reason, Message: statusmsg.Bound(msg), ObservedGeneration: st.ObservedGeneration,
 	})
@@ -42,7 +42,7 @@ func setPlacedCondition(st *fleetv1alpha1.DatabaseStatus, p placement.Result) {
 		if len(p.Drained) > 0 {
 			msg += "; draining: " + names(p.Drained)
 		}
-		setCondition(st, fleetv1alpha1.ConditionPlaced, metav1.ConditionFalse, fleetv1alpha1.ReasonNoMatchingClusters, msg)
+		SetCondition(st, fleetv1alpha1.ConditionPlaced, metav1.ConditionFalse, fleetv1alpha1.ReasonNoMatchingClusters, msg)
 		return
 	}
 	msg := fmt.Sprintf("placed on %d member(s): %s", len(p.Targets), names(p.Targets))
@@ -53,23 +53,23 @@ func setPlacedCondition(st *fleetv1alpha1.DatabaseStatus, p placement.Result) {
 		msg += "; draining but kept (primary: switch it over first): " + names(p.DrainHeld)
 	}
 	if len(p.PrimaryHeld) > 0 {
-		setCondition(st, fleetv1alpha1.ConditionPlaced, metav1.ConditionTrue, fleetv1alpha1.ReasonPrimaryHeld, fmt.Sprintf(
+		SetCondition(st, fleetv1alpha1.ConditionPlaced, metav1.ConditionTrue, fleetv1alpha1.ReasonPrimaryHeld, fmt.Sprintf(
 			"%s; member(s) %s left the placement but hold the primary: kept, nothing is torn down there; "+
 				"switch over first (set spec.topology.primaryCluster to another placed member), then the removal proceeds",
 			msg, names(p.PrimaryHeld)))
 		return
 	}
-	setCondition(st, fleetv1alpha1.ConditionPlaced, metav1.ConditionTrue, fleetv1alpha1.ReasonPlaced, msg)
+	SetCondition(st, fleetv1alpha1.ConditionPlaced, metav1.ConditionTrue, fleetv1alpha1.ReasonPlaced, msg)
 }
 
 // setDegradedCondition: True while a member is unreachable, conflicted or
 // failing; the message names which.
 func setDegradedCondition(st *fleetv1alpha1.DatabaseStatus, t memberTally) {
 	if problems := t.problems(); len(problems) > 0 {
-		setCondition(st, fleetv1alpha1.ConditionDegraded, metav1.ConditionTrue, fleetv1alpha1.ReasonMembersDegraded, strings.Join(problems, "; "))
+		SetCondition(st, fleetv1alpha1.ConditionDegraded, metav1.ConditionTrue, fleetv1alpha1.ReasonMembersDegraded, strings.Join(problems, "; "))
 		return
 	}
-	setCondition(st, fleetv1alpha1.ConditionDegraded, metav1.ConditionFalse, fleetv1alpha1.ReasonAsExpected, "no member is degraded")
+	SetCondition(st, fleetv1alpha1.ConditionDegraded, metav1.ConditionFalse, fleetv1alpha1.ReasonAsExpected, "no member is degraded")
 }
 
 // setReadyCondition: the summary, True only when every placed member runs
@@ -78,14 +78,14 @@ func setReadyCondition(st *fleetv1alpha1.DatabaseStatus, t memberTally) {
 	gen, targets := st.ObservedGeneration, len(t.targets)
 	switch {
 	case t.deleting:
-		setCondition(st, fleetv1alpha1.ConditionReady, metav1.ConditionFalse, fleetv1alpha1.ReasonTeardown, "the Database is being deleted")
+		SetCondition(st, fleetv1alpha1.ConditionReady, metav1.ConditionFalse, fleetv1alpha1.ReasonTeardown, "the Database is being deleted")
 	case t.allReady():
-		setCondition(st, fleetv1alpha1.ConditionReady, metav1.ConditionTrue, fleetv1alpha1.ReasonReady,
+		SetCondition(st, fleetv1alpha1.ConditionReady, metav1.ConditionTrue, fleetv1alpha1.ReasonReady,
 			fmt.Sprintf("generation %d is ready on all %d member(s)", gen, targets))
 	case targets == 0:
-		setCondition(st, fleetv1alpha1.ConditionReady, metav1.ConditionFalse, fleetv1alpha1.ReasonNoMatchingClusters, "no member cluster is placed")
+		SetCondition(st, fleetv1alpha1.ConditionReady, metav1.ConditionFalse, fleetv1alpha1.ReasonNoMatchingClusters, "no member cluster is placed")
 	default:
-		setCondition(st, fleetv1alpha1.ConditionReady, metav1.ConditionFalse, fleetv1alpha1.ReasonProgressing,
+		SetCondition(st, fleetv1alpha1.ConditionReady, metav1.ConditionFalse, fleetv1alpha1.ReasonProgressing,
 			fmt.Sprintf("%d of %d member(s) ready on generation %d", len(t.ready), targets, gen))
 	}
 }
@@ -109,7 +109,7 @@ func setReconcilingCondition(st *fleetv1alpha1.DatabaseStatus, t memberTally) {
 	if len(t.teardown) > 0 {
 		msg += "; removing from: " + names(t.teardown)
 	}
-	setCondition(st, fleetv1alpha1.ConditionReconciling, metav1.ConditionTrue, reason, msg)
+	SetCondition(st, fleetv1alpha1.ConditionReconciling, metav1.ConditionTrue, reason, msg)
 }
 
 // setDeletingCondition: True while the Database is being torn down, naming
@@ -119,16 +119,16 @@ func setDeletingCondition(st *fleetv1alpha1.DatabaseStatus, t memberTally) {
 		meta.RemoveStatusCondition(&st.Conditions, fleetv1alpha1.ConditionDeleting)
 		return
 	}
-	setCondition(st, fleetv1alpha1.ConditionDeleting, metav1.ConditionTrue, fleetv1alpha1.ReasonTeardown,
+	SetCondition(st, fleetv1alpha1.ConditionDeleting, metav1.ConditionTrue, fleetv1alpha1.ReasonTeardown,
 		"removing the Database from: "+names(t.teardown))
 }
 
 // setStalledCondition marks a terminal error that retrying cannot fix:
 // Stalled True, and Ready and Reconciling False with the same reason.
 func setStalledCondition(st *fleetv1alpha1.DatabaseStatus, reason, msg string) {
-	setCondition(st, fleetv1alpha1.ConditionStalled, metav1.ConditionTrue, reason, msg)
-	setCondition(st, fleetv1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
-	setCondition(st, fleetv1alpha1.ConditionReconciling, metav1.ConditionFalse, reason, "retrying cannot fix this; change the Database")
+	SetCondition(st, fleetv1alpha1.ConditionStalled, metav1.ConditionTrue, reason, msg)
+	SetCondition(st, fleetv1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	SetCondition(st, fleetv1alpha1.ConditionReconciling, metav1.ConditionFalse, reason, "retrying cannot fix this; change the Database")
 }
 
 // clearStalledCondition: Stalled is set only by the pass that met the
@@ -154,9 +154,9 @@ func phaseOf(conds []metav1.Condition) fleetv1alpha1.Phase {
 	return fleetv1alpha1.PhaseProvisioning
 }
 
-// stalledStatus is the status of a Database that cannot be acted on: the
+// Stalled is the status of a Database that cannot be acted on: the
 // current one with the Stalled condition set.
-func stalledStatus(db *fleetv1alpha1.Database, reason, msg string) fleetv1alpha1.DatabaseStatus {
+func Stalled(db *fleetv1alpha1.Database, reason, msg string) fleetv1alpha1.DatabaseStatus {
 	st := *db.Status.DeepCopy()
 	if st.ObservedGeneration != db.Generation {
 		// The recorded change trace is an earlier generation's: kept with
@@ -168,5 +168,24 @@ func stalledStatus(db *fleetv1alpha1.Database, reason, msg string) fleetv1alpha1
 	st.ObservedGeneration = db.Generation
 	setStalledCondition(&st, reason, msg)
 	st.Phase = phaseOf(st.Conditions)
+	return st
+}
+
+// Waiting is the status of a Database that waits for something outside
+// it (not Stalled: it goes on by itself once that is there).
+func Waiting(db *fleetv1alpha1.Database, reason, msg string) fleetv1alpha1.DatabaseStatus {
+	st := *db.Status.DeepCopy()
+	gen := db.Generation
+	if st.Phase == "" || st.Phase == fleetv1alpha1.PhaseFailed {
+		st.Phase = fleetv1alpha1.PhasePending
+	}
+	for _, c := range []metav1.Condition{
+		{Type: fleetv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: statusmsg.Bound(msg)},
+		{Type: fleetv1alpha1.ConditionReconciling, Status: metav1.ConditionTrue, Reason: reason, Message: statusmsg.Bound(msg)},
+		{Type: fleetv1alpha1.ConditionStalled, Status: metav1.ConditionFalse, Reason: reason, Message: "waiting; not terminal"},
+	} {
+		c.ObservedGeneration = gen
+		meta.SetStatusCondition(&st.Conditions, c)
+	}
 	return st
 }

@@ -1,4 +1,4 @@
-package database
+package dbstatus
 
 import (
 	"fmt"
@@ -19,12 +19,12 @@ var restoreReasonOrder = []string{
 	fleetv1alpha1.ReasonBackupUnusable, fleetv1alpha1.ReasonRestoreFailed, fleetv1alpha1.ReasonWaitingForBackup, fleetv1alpha1.ReasonRestoring,
 }
 
-// applyRestoreStatus sets status.restore (one record per placed member, from
+// ApplyRestore sets status.restore (one record per placed member, from
 // the member syncs' reports or, for a member not observed since the hub
 // started, the record the status had) and the Restored condition. A backup
 // that cannot be used (failed, or not in the member) also stalls the
 // Database: retrying cannot fix it.
-func applyRestoreStatus(st *fleetv1alpha1.DatabaseStatus, db *fleetv1alpha1.Database, results map[string]*memberResult, targets []string) {
+func ApplyRestore(st *fleetv1alpha1.DatabaseStatus, db *fleetv1alpha1.Database, results map[string]*Result, targets []string) {
 	if db.Spec.RestoreFrom == nil || !db.DeletionTimestamp.IsZero() {
 		st.Restore = db.Status.Restore
 		return
@@ -60,7 +60,7 @@ func applyRestoreStatus(st *fleetv1alpha1.DatabaseStatus, db *fleetv1alpha1.Data
 // with the most serious reason of the others, their members named.
 func setRestoredCondition(st *fleetv1alpha1.DatabaseStatus, db *fleetv1alpha1.Database, restored []string, reasons map[string][]string) {
 	if len(reasons) == 0 && len(restored) > 0 {
-		setCondition(st, fleetv1alpha1.ConditionRestored, metav1.ConditionTrue, fleetv1alpha1.ReasonRestored,
+		SetCondition(st, fleetv1alpha1.ConditionRestored, metav1.ConditionTrue, fleetv1alpha1.ReasonRestored,
 			fmt.Sprintf("restored DatabaseBackup %s in %s", db.Spec.RestoreFrom.BackupName, names(restored)))
 		return
 	}
@@ -75,10 +75,10 @@ func setRestoredCondition(st *fleetv1alpha1.DatabaseStatus, db *fleetv1alpha1.Da
 		}
 	}
 	msg := fmt.Sprintf("restoring DatabaseBackup %s; restored: %s; %s", db.Spec.RestoreFrom.BackupName, statusmsg.NamesOrNone(restored), strings.Join(parts, "; "))
-	setCondition(st, fleetv1alpha1.ConditionRestored, metav1.ConditionFalse, first, msg)
+	SetCondition(st, fleetv1alpha1.ConditionRestored, metav1.ConditionFalse, first, msg)
 	if first == fleetv1alpha1.ReasonBackupUnusable {
 		setStalledCondition(st, first, msg)
-		// computeStatus cleared Stalled and set Reconciling: a status that
+		// Compute cleared Stalled and set Reconciling: a status that
 		// stays stalled keeps its transition times (no write per pass).
 		keepTransitionTimes(st, db.Status.Conditions, fleetv1alpha1.ConditionStalled, fleetv1alpha1.ConditionReconciling, fleetv1alpha1.ConditionReady)
 		st.Phase = phaseOf(st.Conditions)
@@ -109,7 +109,7 @@ func keepTransitionTimes(st *fleetv1alpha1.DatabaseStatus, prev []metav1.Conditi
 
 // restoreRecord is a member's status.restore record from its report,
 // keeping the previous record's times when they did not change.
-func restoreRecord(cluster string, rep restoreReport, prev fleetv1alpha1.BackupRecord) fleetv1alpha1.BackupRecord {
+func restoreRecord(cluster string, rep RestoreReport, prev fleetv1alpha1.BackupRecord) fleetv1alpha1.BackupRecord {
 	rec := fleetv1alpha1.BackupRecord{Cluster: cluster, Phase: rep.Phase, Location: rep.Location, Message: statusmsg.Bound(rep.Message)}
 	rec.Started = timeOf(rep.Started, prev.Started)
 	rec.Finished = timeOf(rep.Finished, prev.Finished)

@@ -1,4 +1,4 @@
-package database
+package dbstatus
 
 import (
 	"testing"
@@ -22,9 +22,9 @@ import (
 func TestStatusAcrossHubRestart(t *testing.T) {
 	now := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 	// The status the killed hub left: Ready on generation 2 in a and b.
-	before := computeStatus(statusInput{
-		db: statusDB(2), placement: placement.Result{Targets: []string{"a", "b"}}, allowed: bothAllowed,
-		results: map[string]*memberResult{"a": readyResult("a", 2), "b": readyResult("b", 2)}, unreachable: reachableAll, now: now,
+	before := Compute(Input{
+		DB: statusDB(2), Placement: placement.Result{Targets: []string{"a", "b"}}, Allowed: bothAllowed,
+		Results: map[string]*Result{"a": readyResult("a", 2), "b": readyResult("b", 2)}, Unreachable: reachableAll, Now: now,
 	})
 	NewWithT(t).Expect(before.Phase).To(Equal(fleetv1alpha1.PhaseReady))
 
@@ -51,11 +51,11 @@ func TestStatusAcrossHubRestart(t *testing.T) {
 			g := NewWithT(t)
 			db := statusDB(2)
 			db.Status = before
-			after := computeStatus(statusInput{
-				db: db, placement: placement.Result{Targets: []string{"a", "b"}}, allowed: bothAllowed,
-				results:     map[string]*memberResult{}, // nothing observed since the start
-				unreachable: func(n string) (bool, string) { return statusHealth(tc.health[n]) },
-				now:         now.Add(time.Second),
+			after := Compute(Input{
+				DB: db, Placement: placement.Result{Targets: []string{"a", "b"}}, Allowed: bothAllowed,
+				Results:     map[string]*Result{}, // nothing observed since the start
+				Unreachable: func(n string) (bool, string) { return tc.health[n].StatusUnreachable() },
+				Now:         now.Add(time.Second),
 			})
 			g.Expect(after.Phase).To(Equal(tc.phase))
 			if tc.phase == fleetv1alpha1.PhaseReady {

@@ -1,4 +1,4 @@
-package database
+package hubsecret
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ import (
 // CA key never goes to a member.
 func topologyPKIName(db *fleetv1alpha1.Database) string { return db.Name + "-topology-pki" }
 
-// ensureTopologyPKI keeps the Database's replication PKI in its hub Secret
+// EnsureTopologyPKI keeps the Database's replication PKI in its hub Secret
 // (owned by the Database, like the credentials) and returns each member's
 // certificates. hosts maps every placed member to its replication host.
 //
@@ -32,7 +32,7 @@ func topologyPKIName(db *fleetv1alpha1.Database) string { return db.Name + "-top
 // when they no longer match (another host, another CA) and when less than
 // certRenewBefore of their life remains. A Secret of that name that is not
 // the Database's is never touched (pki.Error).
-func ensureTopologyPKI(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database,
+func EnsureTopologyPKI(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database,
 	hosts map[string]string, now time.Time) (pki.Set, error) {
 	var s corev1.Secret
 	key := client.ObjectKey{Namespace: db.Namespace, Name: topologyPKIName(db)}
