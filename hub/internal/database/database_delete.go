@@ -90,7 +90,7 @@ func (r *databaseReconciler) recordLastFinalBackups(ctx context.Context, s *data
 	}
 	st := *db.Status.DeepCopy()
 	st.FinalBackups = s.finalBackups
-	setFinalBackupCondition(&st, db, nil)
+	dbstatus.SetFinalBackupCondition(&st, db, nil)
 	if apiequality.Semantic.DeepEqual(db.Status, st) {
 		return nil
 	}
