@@ -31,7 +31,7 @@ const controllerName = "membercluster-provider"
 // What the provider needs on the hub (generate with paths=./clusters/...).
 // +kubebuilder:rbac:groups=fleetdb.io,resources=memberclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=fleetdb.io,resources=memberclusters/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch,namespace=fleetdb-system
 
 // SetupWithManager registers, on the hub (mgr's local manager), the field index
 // KubeconfigSecretIndex and the controller that watches MemberClusters and the

@@ -140,13 +140,9 @@ func mayReadSecrets(ctx context.Context, live client.Reader, ns string) (bool, e
 // bindSecretRole creates the RoleBinding of SecretAccessRole in ns for the
 // identity the hub authenticates as; one that exists already is kept.
 func bindSecretRole(ctx context.Context, c client.Client, ns string) error {
-	self := &authenticationv1.SelfSubjectReview{}
-	if err := c.Create(ctx, self); err != nil {
-		return fmt.Errorf("reading the hub's identity in the member (SelfSubjectReview): %w", err)
-	}
-	subject, err := subjectOf(self.Status.UserInfo.Username)
+	subject, err := SelfSubject(ctx, c)
 	if err != nil {
-		return err
+		return fmt.Errorf("reading the hub's identity in the member: %w", err)
 	}
 	rb := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: SecretAccessRole, Labels: map[string]string{
@@ -159,6 +155,17 @@ func bindSecretRole(ctx context.Context, c client.Client, ns string) error {
 		return fmt.Errorf("binding %s in namespace %s: %w", SecretAccessRole, ns, err)
 	}
 	return nil
+}
+
+// SelfSubject is the RBAC subject of the identity c authenticates as, as its
+// API server names it (SelfSubjectReview, which every authenticated user may
+// create).
+func SelfSubject(ctx context.Context, c client.Client) (rbacv1.Subject, error) {
+	self := &authenticationv1.SelfSubjectReview{}
+	if err := c.Create(ctx, self); err != nil {
+		return rbacv1.Subject{}, fmt.Errorf("SelfSubjectReview: %w", err)
+	}
+	return subjectOf(self.Status.UserInfo.Username)
 }
 
 // subjectOf is the RBAC subject of an authenticated user name: a

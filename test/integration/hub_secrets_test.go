@@ -6,6 +6,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -16,15 +17,19 @@ import (
 )
 
 // TestHubSecretScope (issue 25, item 12) installs deploy/rbac on a real hub
-// API server and acts as the hub's identity: it writes the Secrets fleetdb
-// owns (labelled app.kubernetes.io/managed-by=fleetdb) in a tenant
-// namespace, as the hub does for a Database's credentials, and is refused
-// creating, patching, updating or deleting an unlabelled Secret outside the
-// hub namespace, taking a tenant's Secret over by adding the label,
-// dropping the label of its own, and any Secret write in the hub namespace
-// (member kubeconfigs). RBAC still lets it read them: see docs/security.md.
+// API server and acts as the hub's identity: it has no Secret rights in a
+// tenant namespace until it binds its Secret role there (the RoleBinding
+// fleetdb-hub-secrets, as the hub does where a Database lives), and may bind
+// only that role, only to itself, never in the hub namespace or kube-*;
+// then it writes the Secrets fleetdb owns (labelled
+// app.kubernetes.io/managed-by=fleetdb) there, as the hub does for a
+// Database's credentials, and is refused creating, patching, updating or
+// deleting an unlabelled Secret outside the hub namespace, taking a
+// tenant's Secret over by adding the label, dropping the label of its own,
+// and any Secret write in the hub namespace (member kubeconfigs). The hub
+// running on these rights: TestHubSecretAccess.
 func TestHubSecretScope(t *testing.T) {
-	cp, ctx := startHubControlPlane(t, "team-a")
+	cp, ctx := startHubControlPlane(t, "team-a", "payroll")
 	g := NewWithT(t)
 	admin := cp.Client
 	for _, obj := range buildKustomization(t, fleet.RepoRoot()+"/deploy/rbac") {
@@ -43,6 +48,64 @@ func TestHubSecretScope(t *testing.T) {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
 			Data: map[string][]byte{"password": []byte("pw")}}
 	}
+	self := rbacv1.Subject{Kind: "ServiceAccount", Name: hubServiceAccount, Namespace: hubNS}
+	binding := func(ns, role string, subject rbacv1.Subject) *rbacv1.RoleBinding {
+		return &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: hubSecretRole},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{subject},
+		}
+	}
+
+	// No Secret rights in a tenant namespace before the binding, none
+	// cluster-wide.
+	g.Expect(admin.Create(ctx, secret("payroll", "bank-keys", nil))).To(Succeed())
+	for _, ns := range []string{"team-a", "payroll", "kube-system"} {
+		err := hubClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "bank-keys"}, &corev1.Secret{})
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "reading a Secret in %s without a binding: want Forbidden, got %v", ns, err)
+		err = hubClient.List(ctx, &corev1.SecretList{}, client.InNamespace(ns))
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "listing Secrets in %s without a binding: want Forbidden, got %v", ns, err)
+	}
+	err = hubClient.List(ctx, &corev1.SecretList{})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "listing Secrets cluster-wide: want Forbidden, got %v", err)
+
+	// The binding policy takes effect once the API server has loaded it
+	// (until then RBAC alone would admit a binding in kube-system).
+	g.Eventually(func() bool {
+		err := hubClient.Create(ctx, binding("kube-system", hubSecretRole, self))
+		if err == nil {
+			_ = admin.Delete(ctx, binding("kube-system", hubSecretRole, self))
+		}
+		return apierrors.IsForbidden(err)
+	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "the hub's binding policy never took effect")
+	refusedBinding := func(rb *rbacv1.RoleBinding, what string) {
+		t.Helper()
+		err := hubClient.Create(ctx, rb)
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: want Forbidden, got %v", what, err)
+	}
+	refusedBinding(binding(hubNS, hubSecretRole, self), "binding the Secret role in the hub namespace")
+	refusedBinding(binding("kube-public", hubSecretRole, self), "binding the Secret role in kube-public")
+	refusedBinding(binding("team-a", "admin", self), "binding another role")
+	refusedBinding(binding("team-a", hubSecretRole, rbacv1.Subject{Kind: "ServiceAccount", Name: "default", Namespace: "team-a"}),
+		"binding the Secret role to another subject")
+	other := binding("team-a", "view", self)
+	other.Name = "hub-view"
+	refusedBinding(other, "another RoleBinding")
+
+	// What the hub does where a Database lives: bind its Secret role to
+	// itself; the API server grants it a moment later.
+	bound := binding("team-a", hubSecretRole, self)
+	g.Expect(hubClient.Create(ctx, bound)).To(Succeed(), "binding the Secret role to itself in a tenant namespace")
+	p := client.MergeFrom(bound.DeepCopy())
+	bound.Labels = owned
+	errPatch := hubClient.Patch(ctx, bound, p)
+	g.Expect(apierrors.IsForbidden(errPatch)).To(BeTrue(), "changing its RoleBinding: want Forbidden, got %v", errPatch)
+	g.Eventually(func() error {
+		return hubClient.List(ctx, &corev1.SecretList{}, client.InNamespace("team-a"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed(), "the binding never granted the Secrets of team-a")
+	err = hubClient.Get(ctx, client.ObjectKey{Namespace: "payroll", Name: "bank-keys"}, &corev1.Secret{})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "reading a Secret where it holds no binding: want Forbidden, got %v", err)
+
 	// Admission policies take effect once the API server has loaded them.
 	g.Eventually(func() bool {
 		err := hubClient.Create(ctx, secret("team-a", "probe", nil))
@@ -63,6 +126,7 @@ func TestHubSecretScope(t *testing.T) {
 	// in the Database's namespace, and patch it (rotation, adoption).
 	creds := secret("team-a", "orders-credentials", owned)
 	g.Expect(hubClient.Create(ctx, creds)).To(Succeed(), "a credentials Secret as the hub writes it")
+	g.Expect(hubClient.Get(ctx, client.ObjectKeyFromObject(creds), &corev1.Secret{})).To(Succeed(), "reading it back")
 	patch := client.MergeFrom(creds.DeepCopy())
 	creds.Data["password"] = []byte("rotated")
 	g.Expect(hubClient.Patch(ctx, creds, patch)).To(Succeed(), "a patch that keeps fleetdb's label")
@@ -71,7 +135,7 @@ func TestHubSecretScope(t *testing.T) {
 	tenant := secret("team-a", "tenant-tls", nil)
 	g.Expect(admin.Create(ctx, tenant)).To(Succeed())
 	refused(hubClient.Create(ctx, secret("team-a", "planted", nil)), "creating an unlabelled Secret", unlabelled)
-	p := client.MergeFrom(tenant.DeepCopy())
+	p = client.MergeFrom(tenant.DeepCopy())
 	tenant.Data["password"] = []byte("stolen")
 	refused(hubClient.Patch(ctx, tenant, p), "patching a tenant's Secret", unlabelled)
 	take := secret("team-a", "tenant-tls", nil)
@@ -86,14 +150,14 @@ func TestHubSecretScope(t *testing.T) {
 	drop.Labels = map[string]string{fleetv1alpha1.LabelManagedBy: "someone-else"}
 	refused(hubClient.Patch(ctx, drop, p), "dropping fleetdb's label from its own Secret", unlabelled)
 
-	// The hub namespace: member kubeconfigs, read only.
+	// The hub namespace: member kubeconfigs, read only (the Role there
+	// grants no write; the policy would refuse one too).
 	kubeconfig := secret(hubNS, "m1-kubeconfig", nil)
 	g.Expect(admin.Create(ctx, kubeconfig)).To(Succeed())
 	p = client.MergeFrom(kubeconfig.DeepCopy())
 	kubeconfig.Data["kubeconfig"] = []byte("server: https://elsewhere")
-	refused(hubClient.Patch(ctx, kubeconfig, p), "patching a member kubeconfig", "never writes Secrets in its own namespace")
-	refused(hubClient.Create(ctx, secret(hubNS, "labelled", owned)), "creating a labelled Secret in the hub namespace",
-		"never writes Secrets in its own namespace")
+	refused(hubClient.Patch(ctx, kubeconfig, p), "patching a member kubeconfig", "")
+	refused(hubClient.Create(ctx, secret(hubNS, "labelled", owned)), "creating a labelled Secret in the hub namespace", "")
 
 	var got corev1.Secret
 	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(tenant), &got)).To(Succeed())
@@ -101,6 +165,15 @@ func TestHubSecretScope(t *testing.T) {
 	g.Expect(string(got.Data["password"])).To(Equal("pw"))
 	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(kubeconfig), &got)).To(Succeed())
 	g.Expect(got.Data).NotTo(HaveKey("kubeconfig"), "the member kubeconfig is unchanged")
+
+	// The hub removes its binding when the namespace's last Database goes:
+	// only that one.
+	theirs := binding("payroll", "view", rbacv1.Subject{Kind: "ServiceAccount", Name: "default", Namespace: "payroll"})
+	theirs.Name = "tenant-view"
+	g.Expect(admin.Create(ctx, theirs)).To(Succeed())
+	err = hubClient.Delete(ctx, theirs)
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting a tenant's RoleBinding: want Forbidden, got %v", err)
+	g.Expect(hubClient.Delete(ctx, bound)).To(Succeed(), "removing its own binding")
 }
 
 // startHubControlPlane starts a hub API server with fleetdb's CRDs and the
@@ -122,4 +195,145 @@ func startHubControlPlane(t *testing.T, namespaces ...string) (*fleet.ControlPla
 		g.Expect(cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 	}
 	return cp, ctx
+}
+
+// TestHubSecretAccess (issue 25, item 12): the hub runs as deploy/rbac's
+// ServiceAccount (every 403 it gets fails the test) and holds Secret rights
+// in the hub cluster only where a Database lives:
+//
+//   - its identity cannot read or list a Secret in a namespace without
+//     Databases, nor list Secrets cluster-wide;
+//   - a Database in a tenant namespace becomes Ready, its credentials Secret
+//     written, after the hub bound its Secret role there (the RoleBinding
+//     fleetdb-hub-secrets, to itself);
+//   - the hub's own Secret requests name only that namespace and its own
+//     (no cluster-wide Secret list or watch);
+//   - the binding stays while a Database is left in the namespace, and goes
+//     once its last Database's deletion completed; its identity is refused
+//     there again.
+func TestHubSecretAccess(t *testing.T) {
+	secretCalls := &secretRequests{}
+	e := startEnvWith(t, envOptions{hubWrap: secretCalls.wrap}, "m1")
+	e.sim.enable("m1", true)
+	g := NewWithT(t)
+
+	impersonated := rest.CopyConfig(e.fleet.Hub.Config)
+	impersonated.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + hubNS + ":" + hubServiceAccount,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + hubNS, "system:authenticated"},
+	}
+	hubClient, err := client.New(impersonated, client.Options{Scheme: fleet.Scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	refused := func(ns, what string) {
+		t.Helper()
+		err := hubClient.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: what}, &corev1.Secret{})
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the hub's identity reading Secret %s/%s: want Forbidden, got %v", ns, what, err)
+		err = hubClient.List(e.ctx, &corev1.SecretList{}, client.InNamespace(ns))
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the hub's identity listing Secrets in %s: want Forbidden, got %v", ns, err)
+	}
+
+	// A tenant's Secret in a namespace without Databases.
+	vault := e.namespace("vault")
+	g.Expect(e.hub.Create(e.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: vault, Name: "bank-keys"},
+		Data: map[string][]byte{"key": []byte("s3cret")}})).To(Succeed())
+	refused(vault, "bank-keys")
+	err = hubClient.List(e.ctx, &corev1.SecretList{})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the hub's identity listing Secrets cluster-wide: want Forbidden, got %v", err)
+
+	ns := e.namespace("ledger")
+	rbKey := client.ObjectKey{Namespace: ns, Name: hubSecretRole}
+	refused(ns, "orders-credentials")
+	for _, name := range []string{"orders", "invoices"} {
+		g.Expect(e.hub.Create(e.ctx, newDB(ns, name, "m1"))).To(Succeed())
+	}
+	for _, name := range []string{"orders", "invoices"} {
+		g.Eventually(func(g Gomega) {
+			db := e.getDB(ns, name)
+			g.Expect(db.Status.Phase).To(Equal(fleetv1alpha1.PhaseReady), "%+v", db.Status.Clusters)
+		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	}
+	var creds corev1.Secret
+	g.Expect(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "orders-credentials"}, &creds)).To(Succeed())
+	g.Expect(creds.Data["password"]).NotTo(BeEmpty(), "the credentials Secret was written")
+	var memberCreds corev1.Secret
+	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKeyFromObject(&creds), &memberCreds)).To(Succeed())
+	g.Expect(memberCreds.Data["password"]).To(Equal(creds.Data["password"]))
+
+	var rb rbacv1.RoleBinding
+	g.Expect(e.hub.Get(e.ctx, rbKey, &rb)).To(Succeed(), "the hub bound its Secret role where its Databases live")
+	g.Expect(rb.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: hubSecretRole}))
+	g.Expect(rb.Subjects).To(ConsistOf(rbacv1.Subject{Kind: "ServiceAccount", Name: hubServiceAccount, Namespace: hubNS}))
+	g.Expect(hubClient.Get(e.ctx, client.ObjectKeyFromObject(&creds), &corev1.Secret{})).To(Succeed(),
+		"the hub's identity reads the Secrets of a namespace where a Database lives")
+	refused(vault, "bank-keys")
+
+	t.Run("the hub sends Secret requests only for its namespace and the Databases'", func(t *testing.T) {
+		g := NewWithT(t)
+		reqs := secretCalls.all()
+		g.Expect(reqs).NotTo(BeEmpty(), "the request log names the hub's Secret requests")
+		for _, r := range reqs {
+			g.Expect(r.url.Path).To(Or(HavePrefix("/api/v1/namespaces/"+ns+"/secrets"), HavePrefix("/api/v1/namespaces/"+hubNS+"/secrets")),
+				"a Secret request outside %s and %s: %s", ns, hubNS, r.method)
+		}
+	})
+
+	t.Run("the binding stays while a Database is left, and goes with the last one", func(t *testing.T) {
+		g := NewWithT(t)
+		gone := func(name string) {
+			t.Helper()
+			g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, name))).To(Succeed())
+			g.Eventually(func() bool {
+				return apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &fleetv1alpha1.Database{}))
+			}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "the deletion of %s never completed", name)
+		}
+		gone("orders")
+		g.Expect(e.hub.Get(e.ctx, rbKey, &rbacv1.RoleBinding{})).To(Succeed(), "the binding stays while invoices is left")
+		g.Expect(e.getDB(ns, "invoices").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+		g.Expect(hubClient.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "invoices-credentials"}, &corev1.Secret{})).To(Succeed())
+
+		gone("invoices")
+		g.Eventually(func() bool {
+			return apierrors.IsNotFound(e.hub.Get(e.ctx, rbKey, &rbacv1.RoleBinding{}))
+		}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "the binding outlived the namespace's last Database")
+		g.Eventually(func() bool {
+			return apierrors.IsForbidden(hubClient.List(e.ctx, &corev1.SecretList{}, client.InNamespace(ns)))
+		}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "the hub's identity still reads Secrets in %s", ns)
+		g.Expect(e.member("m1").Get(e.ctx, client.ObjectKeyFromObject(&creds), &corev1.Secret{})).To(
+			WithTransform(apierrors.IsNotFound, BeTrue()), "the teardown removed the member's credentials Secret")
+
+		// A new Database there binds again.
+		g.Expect(e.hub.Create(e.ctx, newDB(ns, "receipts", "m1"))).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			g.Expect(e.getDB(ns, "receipts").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+		g.Expect(e.hub.Get(e.ctx, rbKey, &rbacv1.RoleBinding{})).To(Succeed(), "bound again for a new Database")
+	})
+
+	t.Run("a restarted hub removes a binding left where no Database is, and keeps the others", func(t *testing.T) {
+		g := NewWithT(t)
+		// As a hub that stopped between releasing a namespace's last
+		// Database and removing its binding leaves it.
+		attic := e.namespace("attic")
+		left := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: attic, Name: hubSecretRole,
+				Labels: map[string]string{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue}},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: hubSecretRole},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: hubServiceAccount, Namespace: hubNS}},
+		}
+		g.Expect(e.hub.Create(e.ctx, left)).To(Succeed())
+		e.stopHub()
+		e.startHub(envOptions{hubWrap: secretCalls.wrap})
+		g.Eventually(func() bool {
+			return apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKeyFromObject(left), &rbacv1.RoleBinding{}))
+		}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "the restarted hub left the binding of a namespace without Databases")
+		g.Expect(e.hub.Get(e.ctx, rbKey, &rbacv1.RoleBinding{})).To(Succeed(), "the binding where receipts lives stays")
+
+		// The restarted hub works on with the binding it finds.
+		g.Expect(e.hub.Create(e.ctx, newDB(ns, "refunds", "m1"))).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			g.Expect(e.getDB(ns, "refunds").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+			g.Expect(e.getDB(ns, "receipts").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+		g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "refunds-credentials"}, &corev1.Secret{})).To(Succeed())
+	})
 }

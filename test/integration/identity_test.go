@@ -28,6 +28,11 @@ import (
 // hubServiceAccount is the hub's ServiceAccount in deploy/rbac.
 const hubServiceAccount = "fleetdb-hub"
 
+// hubSecretRole is deploy/rbac's ClusterRole of the hub's Secret rights in a
+// tenant namespace, and the name of the RoleBinding by which the hub binds it
+// there (database.HubSecretRole).
+const hubSecretRole = "fleetdb-hub-secrets"
+
 // hubIdentity gives a hub the identity it has when deployed: it installs
 // deploy/rbac (kustomize build: the ServiceAccount, the generated
 // ClusterRole and the leader-election Role, with their bindings) on the hub

@@ -210,7 +210,23 @@ func TestHubBase(t *testing.T) {
 		inHubNamespace := rulesFor(objs, hubNamespace, sa, hubNamespace)
 		for _, r := range all[*rbacv1.ClusterRole](objs) {
 			expectNoWildcards(g, "ClusterRole "+r.Name, r.Rules)
-			expectNoEscalation(g, "ClusterRole "+r.Name, r.Rules)
+			var rules, rbacOnes []rbacv1.PolicyRule
+			for _, rule := range r.Rules {
+				if slices.Contains(rule.APIGroups, rbacv1.GroupName) {
+					rbacOnes = append(rbacOnes, rule)
+				} else {
+					rules = append(rules, rule)
+				}
+			}
+			expectNoEscalation(g, "ClusterRole "+r.Name, rules)
+			if r.Name == "fleetdb-hub" {
+				// The hub binds its Secret role (and only it) by a RoleBinding
+				// in a tenant namespace, and removes that RoleBinding; the
+				// admission policy holds it there (secrets_policy.yaml).
+				g.Expect(rbacOnes).To(ConsistOf(hubRBACRules), "the hub ClusterRole's RBAC rules: its Secret role's binding only")
+			} else {
+				g.Expect(rbacOnes).To(BeEmpty(), "ClusterRole %s: RBAC objects", r.Name)
+			}
 		}
 		for _, r := range all[*rbacv1.Role](objs) {
 			expectNoWildcards(g, "Role "+r.Name, r.Rules)
@@ -232,11 +248,14 @@ func TestHubBase(t *testing.T) {
 			{group: "fleetdb.io", resource: "memberclusters", verb: "list"},
 			{group: "fleetdb.io", resource: "memberclusters", verb: "watch"},
 			{group: "fleetdb.io", resource: "memberclusters/status", verb: "patch"},
-			// Credentials Secrets next to each Database; kubeconfig Secrets (metadata watch).
-			{group: "", resource: "secrets", verb: "get"},
-			{group: "", resource: "secrets", verb: "list"},
-			{group: "", resource: "secrets", verb: "watch"},
-			{group: "", resource: "secrets", verb: "create"},
+			// Its Secret role bound where a Database lives, and the checks
+			// that the binding took effect.
+			{group: "rbac.authorization.k8s.io", resource: "rolebindings", verb: "create"},
+			{group: "rbac.authorization.k8s.io", resource: "rolebindings", verb: "delete", name: hubSecretRole},
+			{group: "rbac.authorization.k8s.io", resource: "rolebindings", verb: "list", name: hubSecretRole},
+			{group: "rbac.authorization.k8s.io", resource: "clusterroles", verb: "bind", name: hubSecretRole},
+			{group: "authorization.k8s.io", resource: "selfsubjectaccessreviews", verb: "create"},
+			{group: "authentication.k8s.io", resource: "selfsubjectreviews", verb: "create"},
 			// The secure metrics endpoint: who a scraper is, and whether it may get /metrics.
 			{group: "authentication.k8s.io", resource: "tokenreviews", verb: "create"},
 			{group: "authorization.k8s.io", resource: "subjectaccessreviews", verb: "create"},
@@ -260,10 +279,43 @@ func TestHubBase(t *testing.T) {
 		} {
 			g.Expect(allows(inHubNamespace, p)).To(BeTrue(), "the hub may %s %s %s (group %q) in %s", p.verb, p.resource, p.name, p.group, hubNamespace)
 		}
+		// No Secret right anywhere but in the hub namespace: the Secret role
+		// holds the tenant namespaces' ones, bound per namespace by the hub.
+		for _, v := range []string{"get", "list", "watch", "create", "update", "patch", "delete"} {
+			g.Expect(allows(clusterWide, permission{resource: "secrets", verb: v})).To(BeFalse(), "no %s secrets cluster-wide", v)
+		}
+		for _, v := range []string{"create", "update", "patch", "delete"} {
+			g.Expect(allows(inHubNamespace, permission{resource: "secrets", verb: v})).To(BeFalse(), "no %s secrets in %s", v, hubNamespace)
+		}
+		for _, v := range []string{"list", "watch"} {
+			g.Expect(allows(inHubNamespace, permission{resource: "secrets", verb: v})).To(BeTrue(), "the kubeconfigs' metadata watch: %s secrets in %s", v, hubNamespace)
+		}
+		secrets := mustFind[*rbacv1.ClusterRole](t, objs, "", hubSecretRole)
+		g.Expect(secrets.Rules).To(ConsistOf(rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"},
+			Verbs: []string{"get", "list", "watch", "create", "patch"}}), "the hub's Secret role: what it does with fleetdb's Secrets")
+		g.Expect(boundClusterRoles(objs, hubNamespace, sa)).NotTo(ContainElement(hubSecretRole), "the Secret role is never bound cluster-wide")
+		for _, b := range all[*rbacv1.RoleBinding](objs) {
+			g.Expect(b.RoleRef.Name).NotTo(Equal(hubSecretRole), "RoleBinding %s/%s: the hub binds its Secret role itself, never in its own namespace", b.Namespace, b.Name)
+		}
+
 		// Leases elsewhere are none of the hub's business.
 		g.Expect(allows(clusterWide, permission{group: "coordination.k8s.io", resource: "leases", verb: "update", name: lease})).
 			To(BeFalse(), "leases only in %s", hubNamespace)
 	})
+}
+
+// hubSecretRole is deploy/rbac's ClusterRole with the hub's Secret rights in
+// a tenant namespace (database.HubSecretRole), bound by the hub itself.
+const hubSecretRole = "fleetdb-hub-secrets"
+
+// hubRBACRules are the hub ClusterRole's rules on RBAC objects: creating the
+// RoleBinding of its Secret role, binding that role alone, and listing
+// (field selector metadata.name) and deleting that RoleBinding by name (the
+// admission policy holds the rest).
+var hubRBACRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"rolebindings"}, Verbs: []string{"create"}},
+	{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"rolebindings"}, ResourceNames: []string{hubSecretRole}, Verbs: []string{"delete", "list"}},
+	{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"clusterroles"}, ResourceNames: []string{hubSecretRole}, Verbs: []string{"bind"}},
 }
 
 // TestRBACBase checks deploy/rbac alone (without deploy/hub's namespace

@@ -14,10 +14,13 @@ import (
 func TestAdmissionPolicies(t *testing.T) {
 	for base, name := range map[string]string{
 		"deploy/hub":         "fleetdb-deletion-protection",
+		"deploy/hub/secrets": "fleetdb-hub-secrets",
+		"deploy/hub/binds":   "fleetdb-hub-secret-bindings",
 		"deploy/member":      "fleetdb-hub-agent-scope",
 		"deploy/member/pods": "fleetdb-hub-agent-pods",
 	} {
-		base := strings.TrimSuffix(base, "/pods")
+		base, _, _ := strings.Cut(strings.TrimPrefix(base, "deploy/"), "/")
+		base = "deploy/" + base
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
 			objs := render(t, base)

@@ -30,7 +30,6 @@ import (
 // +kubebuilder:rbac:groups=fleetdb.io,resources=databases/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=fleetdb.io,resources=databases/finalizers,verbs=update
 // +kubebuilder:rbac:groups=fleetdb.io,resources=memberclusters,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // databaseReconciler is the hub's Database controller: finalizer, placement,
@@ -56,6 +55,10 @@ type databaseReconciler struct {
 	// secrets gives the hub Secret access in a member's managed namespace
 	// (credentials recovery reads member Secrets); nil: not needed.
 	secrets *secretWatches
+	// hubSecrets gives the hub Secret access in the Database's namespace of
+	// the hub cluster (its credentials and topology PKI Secrets), and takes
+	// it back when the namespace's last Database is gone.
+	hubSecrets *hubSecrets
 }
 
 // databaseScope is what one reconcile of a Database works on: the phases
@@ -156,6 +159,11 @@ func (r *databaseReconciler) loadScope(ctx context.Context, key types.Namespaced
 		if apierrors.IsNotFound(err) {
 			r.state.forget(key)
 			r.forgetPlacements(ctx, key)
+			if r.hubSecrets != nil {
+				// The namespace's last Database gone: the hub's Secret access
+				// there goes too.
+				return nil, r.hubSecrets.release(ctx, key.Namespace)
+			}
 			return nil, nil
 		}
 		return nil, fmt.Errorf("reading database: %w", err)

@@ -22,6 +22,13 @@ import (
 // first fan-out one hub round trip away. A Secret that belongs to someone
 // else, or lost credentials no member can restore, stall the Database.
 func (r *databaseReconciler) reconcileCredentials(ctx context.Context, s *databaseScope) (ctrl.Result, error) {
+	if r.hubSecrets != nil {
+		// Secret access in the Database's namespace before any Secret call
+		// there (the hub has none but where it binds it: hub_secrets.go).
+		if err := r.hubSecrets.ensure(ctx, s.db.Namespace); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	creds, err := r.finalizerAndCredentials(ctx, s.db)
 	var foreign hubsecret.ForeignCredentialsError
 	var lost hubsecret.LostCredentialsError

@@ -56,6 +56,11 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 		r.state.forget(s.key)
 		r.forgetPlacements(ctx, s.key)
 		r.state.markFinalized(db.UID)
+		if r.hubSecrets != nil {
+			// Released: was it the namespace's last Database? (Again when
+			// the deletion's event comes, for a hub that stops right here.)
+			return ctrl.Result{}, r.hubSecrets.release(ctx, db.Namespace)
+		}
 		return ctrl.Result{}, nil
 	}
 

@@ -51,6 +51,13 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 	if err := mgr.Add(w.secrets); err != nil {
 		return fmt.Errorf("member Secret watches: %w", err)
 	}
+	w.hubSecrets = newHubSecrets(local, opts.protected)
+	if err := local.Add(w.hubSecrets); err != nil {
+		return fmt.Errorf("hub Secret access: %w", err)
+	}
+	if err := local.Add(&staleBindings{secrets: w.hubSecrets, cache: local.GetCache(), timeout: hubReconcileTimeout}); err != nil {
+		return fmt.Errorf("hub Secret access: %w", err)
+	}
 	if opts.Sharding {
 		if err := w.setupSharding(); err != nil {
 			return fmt.Errorf("sharding: %w", err)
@@ -93,7 +100,10 @@ type wiring struct {
 	memo     *member.Memo
 	// secrets gives the hub Secret access in the members' managed
 	// namespaces and watches fleetdb's Secrets there.
-	secrets              *secretWatches
+	secrets *secretWatches
+	// hubSecrets gives the hub Secret access in the hub cluster's tenant
+	// namespaces (where Databases live) and caches fleetdb's Secrets there.
+	hubSecrets           *hubSecrets
 	dbQueue, memberQueue *queue.Ref
 	recorder             events.EventRecorder
 	skipNames            *bool
@@ -110,9 +120,9 @@ type wiring struct {
 func (w *wiring) databaseController() error {
 	local := w.mgr.GetLocalManager()
 	dbr := &databaseReconciler{
-		hub: local.GetClient(), live: local.GetAPIReader(), provider: w.provider, state: w.state,
+		hub: secretsClient{Client: local.GetClient(), secrets: w.hubSecrets}, live: local.GetAPIReader(), provider: w.provider, state: w.state,
 		opts: w.opts, recorder: w.recorder, members: w.memberQueue, now: time.Now, tracer: telemetry.Tracer(),
-		tombstones: w.tombstones, shard: w.shard, secrets: w.secrets,
+		tombstones: w.tombstones, shard: w.shard, secrets: w.secrets, hubSecrets: w.hubSecrets,
 	}
 	hubOnly := []mcbuilder.WatchesOption{mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false)}
 	return mcbuilder.ControllerManagedBy(w.mgr).
@@ -141,7 +151,7 @@ func (w *wiring) databaseController() error {
 func (w *wiring) memberSyncController() error {
 	local := w.mgr.GetLocalManager()
 	msr := &memberSyncReconciler{
-		mgr: w.mgr, hub: local.GetClient(), hubLive: local.GetAPIReader(), provider: w.provider, state: w.state, memo: w.memo,
+		mgr: w.mgr, hub: secretsClient{Client: local.GetClient(), secrets: w.hubSecrets}, hubLive: local.GetAPIReader(), provider: w.provider, state: w.state, memo: w.memo,
 		opts: w.opts, recorder: w.recorder, databases: w.dbQueue, tracer: telemetry.Tracer(),
 		limiter: queue.NewMemberLimiter(max(2, w.opts.MemberWorkers/4)), self: w.memberQueue,
 		watches: newBackendWatches(w.memberQueue), secrets: w.secrets, shard: w.shard, jobs: w.jobs,
