@@ -17,7 +17,7 @@ import (
 // The Secrets of a tenant namespace (a Database's credentials and topology
 // PKI) are cached by the Database controller, one namespace at a time, only
 // where a Database lives and the hub bound its Secret role
-// (hub/internal/database/hub_secrets.go), and only fleetdb's own (its
+// (hub/internal/hubsecret/access.go), and only fleetdb's own (its
 // managed-by label). A Secret in a tenant namespace that fleetdb does not
 // own is never listed, watched or read.
 func hubCacheOptions(hubNamespace string) cache.Options {

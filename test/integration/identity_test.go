@@ -30,7 +30,7 @@ const hubServiceAccount = "fleetdb-hub"
 
 // hubSecretRole is deploy/rbac's ClusterRole of the hub's Secret rights in a
 // tenant namespace, and the name of the RoleBinding by which the hub binds it
-// there (database.HubSecretRole).
+// there (hubsecret.Role).
 const hubSecretRole = "fleetdb-hub-secrets"
 
 // hubIdentity gives a hub the identity it has when deployed: it installs

@@ -305,7 +305,7 @@ func TestHubBase(t *testing.T) {
 }
 
 // hubSecretRole is deploy/rbac's ClusterRole with the hub's Secret rights in
-// a tenant namespace (database.HubSecretRole), bound by the hub itself.
+// a tenant namespace (hubsecret.Role), bound by the hub itself.
 const hubSecretRole = "fleetdb-hub-secrets"
 
 // hubRBACRules are the hub ClusterRole's rules on RBAC objects: creating the

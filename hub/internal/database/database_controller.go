@@ -19,6 +19,7 @@ import (
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
 	"github.com/fleetdb/fleetdb/hub/internal/dbstatus"
+	"github.com/fleetdb/fleetdb/hub/internal/hubsecret"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
 	"github.com/fleetdb/fleetdb/hub/internal/tombstones"
 	"github.com/fleetdb/fleetdb/hub/internal/topology"
@@ -58,7 +59,7 @@ type databaseReconciler struct {
 	// hubSecrets gives the hub Secret access in the Database's namespace of
 	// the hub cluster (its credentials and topology PKI Secrets), and takes
 	// it back when the namespace's last Database is gone.
-	hubSecrets *hubSecrets
+	hubSecrets *hubsecret.Access
 }
 
 // databaseScope is what one reconcile of a Database works on: the phases
@@ -162,7 +163,7 @@ func (r *databaseReconciler) loadScope(ctx context.Context, key types.Namespaced
 			if r.hubSecrets != nil {
 				// The namespace's last Database gone: the hub's Secret access
 				// there goes too.
-				return nil, r.hubSecrets.release(ctx, key.Namespace)
+				return nil, r.hubSecrets.Release(ctx, key.Namespace)
 			}
 			return nil, nil
 		}

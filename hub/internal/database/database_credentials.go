@@ -24,8 +24,8 @@ import (
 func (r *databaseReconciler) reconcileCredentials(ctx context.Context, s *databaseScope) (ctrl.Result, error) {
 	if r.hubSecrets != nil {
 		// Secret access in the Database's namespace before any Secret call
-		// there (the hub has none but where it binds it: hub_secrets.go).
-		if err := r.hubSecrets.ensure(ctx, s.db.Namespace); err != nil {
+		// there (the hub has none but where it binds it: hubsecret/access.go).
+		if err := r.hubSecrets.Ensure(ctx, s.db.Namespace); err != nil {
 			return ctrl.Result{}, err
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
 	"github.com/fleetdb/fleetdb/hub/internal/backup"
+	"github.com/fleetdb/fleetdb/hub/internal/hubsecret"
 	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
 	"github.com/fleetdb/fleetdb/hub/internal/sharding"
@@ -51,11 +52,11 @@ func Setup(ctx context.Context, mgr mcmanager.Manager, provider *clusters.Provid
 	if err := mgr.Add(w.secrets); err != nil {
 		return fmt.Errorf("member Secret watches: %w", err)
 	}
-	w.hubSecrets = newHubSecrets(local, opts.protected)
+	w.hubSecrets = hubsecret.NewAccess(local, opts.protected)
 	if err := local.Add(w.hubSecrets); err != nil {
 		return fmt.Errorf("hub Secret access: %w", err)
 	}
-	if err := local.Add(&staleBindings{secrets: w.hubSecrets, cache: local.GetCache(), timeout: hubReconcileTimeout}); err != nil {
+	if err := local.Add(w.hubSecrets.StaleBindings(local.GetCache(), hubReconcileTimeout)); err != nil {
 		return fmt.Errorf("hub Secret access: %w", err)
 	}
 	if opts.Sharding {
@@ -103,7 +104,7 @@ type wiring struct {
 	secrets *secretWatches
 	// hubSecrets gives the hub Secret access in the hub cluster's tenant
 	// namespaces (where Databases live) and caches fleetdb's Secrets there.
-	hubSecrets           *hubSecrets
+	hubSecrets           *hubsecret.Access
 	dbQueue, memberQueue *queue.Ref
 	recorder             events.EventRecorder
 	skipNames            *bool
@@ -120,7 +121,7 @@ type wiring struct {
 func (w *wiring) databaseController() error {
 	local := w.mgr.GetLocalManager()
 	dbr := &databaseReconciler{
-		hub: secretsClient{Client: local.GetClient(), secrets: w.hubSecrets}, live: local.GetAPIReader(), provider: w.provider, state: w.state,
+		hub: w.hubSecrets.Wrap(local.GetClient()), live: local.GetAPIReader(), provider: w.provider, state: w.state,
 		opts: w.opts, recorder: w.recorder, members: w.memberQueue, now: time.Now, tracer: telemetry.Tracer(),
 		tombstones: w.tombstones, shard: w.shard, secrets: w.secrets, hubSecrets: w.hubSecrets,
 	}
@@ -151,7 +152,7 @@ func (w *wiring) databaseController() error {
 func (w *wiring) memberSyncController() error {
 	local := w.mgr.GetLocalManager()
 	msr := &memberSyncReconciler{
-		mgr: w.mgr, hub: secretsClient{Client: local.GetClient(), secrets: w.hubSecrets}, hubLive: local.GetAPIReader(), provider: w.provider, state: w.state, memo: w.memo,
+		mgr: w.mgr, hub: w.hubSecrets.Wrap(local.GetClient()), hubLive: local.GetAPIReader(), provider: w.provider, state: w.state, memo: w.memo,
 		opts: w.opts, recorder: w.recorder, databases: w.dbQueue, tracer: telemetry.Tracer(),
 		limiter: queue.NewMemberLimiter(max(2, w.opts.MemberWorkers/4)), self: w.memberQueue,
 		watches: newBackendWatches(w.memberQueue), secrets: w.secrets, shard: w.shard, jobs: w.jobs,

@@ -1,4 +1,4 @@
-package database
+package hubsecret
 
 import (
 	"context"
@@ -25,16 +25,16 @@ import (
 	"github.com/fleetdb/fleetdb/member"
 )
 
-// HubSecretRole is the ClusterRole of deploy/rbac (secrets_role.yaml) that
+// Role is the ClusterRole of deploy/rbac (secrets_role.yaml) that
 // holds the hub's Secret rights in a tenant namespace of the hub cluster. The
 // hub binds it to itself, by a RoleBinding of the same name, in each
 // namespace where a Database lives, before it reads or writes a Secret there
-// (hubSecrets.ensure), and deletes that RoleBinding when the namespace's last
-// Database is gone (hubSecrets.release). The hub's ClusterRole has no Secret
+// (Access.Ensure), and deletes that RoleBinding when the namespace's last
+// Database is gone (Access.Release). The hub's ClusterRole has no Secret
 // rights; its kubeconfig Secrets are read through a Role of the hub namespace.
-const HubSecretRole = "fleetdb-hub-secrets"
+const Role = "fleetdb-hub-secrets"
 
-// The RBAC rights of the hub in the hub cluster that hubSecrets uses: create
+// The RBAC rights of the hub in the hub cluster that Access uses: create
 // the RoleBinding (create cannot be narrowed by name; the admission policy
 // of deploy/rbac admits only this one, of this role, to the hub itself, and
 // never in the hub namespace or kube-*), bind that one role, delete that
@@ -48,15 +48,15 @@ const HubSecretRole = "fleetdb-hub-secrets"
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=selfsubjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=selfsubjectreviews,verbs=create
 
-// hubSecrets holds the hub's Secret access in the hub cluster, namespace by
+// Access holds the hub's Secret access in the hub cluster, namespace by
 // namespace (issue 25, item 12), as secretWatches does in the members: the
 // hub's identity may read and write Secrets only in the tenant namespaces
-// where it bound HubSecretRole, so the manager's cache holds Secrets of the
+// where it bound Role, so the manager's cache holds Secrets of the
 // hub namespace only (hubCacheOptions), and the Secrets of a tenant namespace
 // are read from a small cache of fleetdb's own Secrets (label selector) of
 // that namespace alone, started once the binding is in place and stopped
 // when it goes.
-type hubSecrets struct {
+type Access struct {
 	cfg        *rest.Config
 	httpClient *http.Client
 	scheme     *runtime.Scheme
@@ -89,8 +89,10 @@ type namespaceSecrets struct {
 	cancel context.CancelFunc
 }
 
-func newHubSecrets(mgr ctrl.Manager, protected func(string) bool) *hubSecrets {
-	return &hubSecrets{
+// NewAccess is the hub's Secret access in the hub cluster of mgr; it never
+// binds in a namespace protected reports.
+func NewAccess(mgr ctrl.Manager, protected func(string) bool) *Access {
+	return &Access{
 		cfg: mgr.GetConfig(), httpClient: mgr.GetHTTPClient(), scheme: mgr.GetScheme(), mapper: mgr.GetRESTMapper(),
 		c: mgr.GetClient(), live: mgr.GetAPIReader(), protected: protected,
 		locks: map[string]*sync.Mutex{}, caches: map[string]*namespaceSecrets{}, released: map[string]bool{},
@@ -98,7 +100,7 @@ func newHubSecrets(mgr ctrl.Manager, protected func(string) bool) *hubSecrets {
 }
 
 // Start keeps the manager's context for the namespace caches.
-func (h *hubSecrets) Start(ctx context.Context) error {
+func (h *Access) Start(ctx context.Context) error {
 	h.mu.Lock()
 	h.ctx = ctx
 	h.mu.Unlock()
@@ -106,11 +108,11 @@ func (h *hubSecrets) Start(ctx context.Context) error {
 	return nil
 }
 
-// NeedLeaderElection: every replica reads Secrets (a sharded hub's member
+// NeedLeaderElection is false: every replica reads Secrets (a sharded hub's member
 // syncs read the credentials), though only the leader binds and releases.
-func (h *hubSecrets) NeedLeaderElection() bool { return false }
+func (h *Access) NeedLeaderElection() bool { return false }
 
-func (h *hubSecrets) lock(ns string) func() {
+func (h *Access) lock(ns string) func() {
 	h.mu.Lock()
 	l := h.locks[ns]
 	if l == nil {
@@ -122,21 +124,21 @@ func (h *hubSecrets) lock(ns string) func() {
 	return l.Unlock
 }
 
-func (h *hubSecrets) entry(ns string) (*namespaceSecrets, bool) {
+func (h *Access) entry(ns string) (*namespaceSecrets, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e, ok := h.caches[ns]
 	return e, ok
 }
 
-// ensure gives the hub Secret access in namespace ns of the hub cluster
+// Ensure gives the hub Secret access in namespace ns of the hub cluster
 // before a Secret of it is read or written. In this order:
 //
 //   - known from an earlier call: nothing is sent;
 //   - the API server is asked (SelfSubjectAccessReview) whether the hub may
 //     watch Secrets in ns; if so (the RoleBinding made before a restart, an
 //     identity with wider rights), nothing is bound;
-//   - else the RoleBinding HubSecretRole is created in ns for the identity
+//   - else the RoleBinding Role is created in ns for the identity
 //     the hub authenticates as (SelfSubjectReview), one that exists already
 //     kept, and the review is repeated, with backoff, until the API
 //     server's authorizer has it (a moment after the create) or ctx ends;
@@ -144,7 +146,7 @@ func (h *hubSecrets) entry(ns string) (*namespaceSecrets, bool) {
 //
 // The hub never asks a Secret of a namespace the API server refuses it, so
 // a 403 on a Secret call means someone removed the binding (forget).
-func (h *hubSecrets) ensure(ctx context.Context, ns string) error {
+func (h *Access) Ensure(ctx context.Context, ns string) error {
 	if h.protected(ns) {
 		return fmt.Errorf("namespace %s is protected: the hub holds no Secret access there", ns)
 	}
@@ -164,7 +166,7 @@ func (h *hubSecrets) ensure(ctx context.Context, ns string) error {
 		err = wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Steps: 1 << 20, Cap: time.Second},
 			func(ctx context.Context) (bool, error) { return h.mayWatchSecrets(ctx, ns) })
 		if err != nil {
-			return fmt.Errorf("waiting for the hub's API server to grant the Secrets of namespace %s (RoleBinding %s): %w", ns, HubSecretRole, err)
+			return fmt.Errorf("waiting for the hub's API server to grant the Secrets of namespace %s (RoleBinding %s): %w", ns, Role, err)
 		}
 	}
 	e, err := h.watch(ctx, ns)
@@ -180,7 +182,7 @@ func (h *hubSecrets) ensure(ctx context.Context, ns string) error {
 
 // mayWatchSecrets asks the API server whether the hub may watch Secrets in
 // ns (the cache lists and watches; the role grants both with the writes).
-func (h *hubSecrets) mayWatchSecrets(ctx context.Context, ns string) (bool, error) {
+func (h *Access) mayWatchSecrets(ctx context.Context, ns string) (bool, error) {
 	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
 		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "watch", Resource: "secrets"},
 	}}
@@ -190,28 +192,28 @@ func (h *hubSecrets) mayWatchSecrets(ctx context.Context, ns string) (bool, erro
 	return review.Status.Allowed, nil
 }
 
-// bind creates the RoleBinding HubSecretRole in ns for the hub's identity.
-func (h *hubSecrets) bind(ctx context.Context, ns string) error {
+// bind creates the RoleBinding Role in ns for the hub's identity.
+func (h *Access) bind(ctx context.Context, ns string) error {
 	subject, err := member.SelfSubject(ctx, h.c)
 	if err != nil {
 		return fmt.Errorf("reading the hub's identity: %w", err)
 	}
 	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: HubSecretRole, Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: Role, Labels: map[string]string{
 			fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue,
 		}},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: HubSecretRole},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: Role},
 		Subjects: []rbacv1.Subject{subject},
 	}
 	if err := h.c.Create(ctx, rb, client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("binding %s in namespace %s: %w", HubSecretRole, ns, err)
+		return fmt.Errorf("binding %s in namespace %s: %w", Role, ns, err)
 	}
 	return nil
 }
 
 // watch starts the cache of fleetdb's Secrets in ns and waits for its first
 // list (bounded by ctx).
-func (h *hubSecrets) watch(ctx context.Context, ns string) (*namespaceSecrets, error) {
+func (h *Access) watch(ctx context.Context, ns string) (*namespaceSecrets, error) {
 	c, err := cache.New(h.cfg, cache.Options{
 		HTTPClient: h.httpClient, Scheme: h.scheme, Mapper: h.mapper,
 		DefaultNamespaces:    map[string]cache.Config{ns: {}},
@@ -240,7 +242,7 @@ func (h *hubSecrets) watch(ctx context.Context, ns string) (*namespaceSecrets, e
 
 // forget drops what is known of ns after the API server refused a Secret
 // call there (its RoleBinding removed by hand): the next ensure binds again.
-func (h *hubSecrets) forget(ns string) {
+func (h *Access) forget(ns string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if e := h.caches[ns]; e != nil {
@@ -249,14 +251,14 @@ func (h *hubSecrets) forget(ns string) {
 	delete(h.caches, ns)
 }
 
-// release removes the hub's Secret access in ns once no Database is left
+// Release removes the hub's Secret access in ns once no Database is left
 // there (read live: the cache may not show one created a moment ago). A
 // Database that is being deleted still counts, though its teardown needs no
 // Secret of the hub: the RoleBinding goes with the namespace's last
 // Database object, after its finalizer is released, so it never holds a
 // teardown up; its Secrets (owned by their Database) are removed by the
 // garbage collector, which needs no right of the hub's.
-func (h *hubSecrets) release(ctx context.Context, ns string) error {
+func (h *Access) Release(ctx context.Context, ns string) error {
 	if h.protected(ns) {
 		return nil
 	}
@@ -276,9 +278,9 @@ func (h *hubSecrets) release(ctx context.Context, ns string) error {
 		return nil
 	}
 	h.forget(ns)
-	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: HubSecretRole}}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: Role}}
 	if err := h.c.Delete(ctx, rb); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("removing RoleBinding %s of namespace %s: %w", HubSecretRole, ns, err)
+		return fmt.Errorf("removing RoleBinding %s of namespace %s: %w", Role, ns, err)
 	}
 	h.mu.Lock()
 	h.released[ns] = true
@@ -289,7 +291,7 @@ func (h *hubSecrets) release(ctx context.Context, ns string) error {
 // get reads a Secret of a tenant namespace: from the namespace's cache when
 // this process holds one (ensure), else live (a sharded hub's replica that
 // reads what the leader bound).
-func (h *hubSecrets) get(ctx context.Context, key client.ObjectKey, s *corev1.Secret) error {
+func (h *Access) get(ctx context.Context, key client.ObjectKey, s *corev1.Secret) error {
 	var err error
 	if e, _ := h.entry(key.Namespace); e != nil {
 		err = e.cache.Get(ctx, key, s)
@@ -301,18 +303,18 @@ func (h *hubSecrets) get(ctx context.Context, key client.ObjectKey, s *corev1.Se
 
 // refused forgets ns when err is the API server refusing a Secret call
 // there (the RoleBinding removed by hand): the next ensure binds again.
-func (h *hubSecrets) refused(ns string, err error) error {
+func (h *Access) refused(ns string, err error) error {
 	if apierrors.IsForbidden(err) {
 		h.forget(ns)
 	}
 	return err
 }
 
-// secretsClient is the hub client with Secret reads routed through
-// hubSecrets; every other call goes to the manager's client.
+// Client is the hub client with Secret reads routed through
+// Access; every other call goes to the manager's client.
 type secretsClient struct {
 	client.Client
-	secrets *hubSecrets
+	secrets *Access
 }
 
 func (c secretsClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
@@ -339,14 +341,14 @@ func (c secretsClient) Patch(ctx context.Context, obj client.Object, patch clien
 }
 
 // staleBindings removes, once the hub is elected, the RoleBindings
-// HubSecretRole it left in namespaces whose last Database went while it was
+// Role it left in namespaces whose last Database went while it was
 // not there to see it (it stopped between releasing that Database's
 // finalizer and release). One list of the RoleBindings of that name in every
 // namespace (authorized by resourceNames through the field selector), then
 // release for each namespace without a Database in the hub's cache (release
 // reads the namespace's Databases live before it deletes anything).
 type staleBindings struct {
-	secrets *hubSecrets
+	secrets *Access
 	cache   interface {
 		WaitForCacheSync(context.Context) bool
 		List(context.Context, client.ObjectList, ...client.ListOption) error
@@ -365,21 +367,37 @@ func (s *staleBindings) Start(ctx context.Context) error {
 	defer cancel()
 	log := ctrl.LoggerFrom(ctx).WithName("hub-secrets")
 	var bindings rbacv1.RoleBindingList
-	if err := s.secrets.live.List(cctx, &bindings, client.MatchingFields{"metadata.name": HubSecretRole}); err != nil {
+	if err := s.secrets.live.List(cctx, &bindings, client.MatchingFields{"metadata.name": Role}); err != nil {
 		log.Error(err, "listing the hub's Secret RoleBindings; ones left where no Database is will stay")
 		return nil
 	}
 	for _, rb := range bindings.Items {
-		if rb.RoleRef.Name != HubSecretRole || rb.Labels[fleetv1alpha1.LabelManagedBy] != fleetv1alpha1.ManagedByValue {
+		if rb.RoleRef.Name != Role || rb.Labels[fleetv1alpha1.LabelManagedBy] != fleetv1alpha1.ManagedByValue {
 			continue
 		}
 		var dbs fleetv1alpha1.DatabaseList
 		if err := s.cache.List(cctx, &dbs, client.InNamespace(rb.Namespace)); err != nil || len(dbs.Items) > 0 {
 			continue
 		}
-		if err := s.secrets.release(cctx, rb.Namespace); err != nil {
+		if err := s.secrets.Release(cctx, rb.Namespace); err != nil {
 			log.Error(err, "removing a Secret RoleBinding left where no Database is", "namespace", rb.Namespace)
 		}
 	}
 	return nil
+}
+
+// Wrap is c with Secret reads routed through the namespace caches (and a
+// refused Secret write forgetting the namespace's access).
+func (h *Access) Wrap(c client.Client) client.Client { return secretsClient{Client: c, secrets: h} }
+
+// StaleBindings is the elected replica's one pass over the RoleBindings
+// left where no Database is (staleBindings), a manager Runnable.
+func (h *Access) StaleBindings(c interface {
+	WaitForCacheSync(context.Context) bool
+	List(context.Context, client.ObjectList, ...client.ListOption) error
+}, timeout time.Duration) interface {
+	Start(context.Context) error
+	NeedLeaderElection() bool
+} {
+	return &staleBindings{secrets: h, cache: c, timeout: timeout}
 }
