@@ -12,6 +12,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fleetdb/fleetdb/member"
@@ -67,6 +68,15 @@ func startKwokMember(ctx context.Context, t *testing.T, g Gomega) *fleet.Control
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = cp.Stop() })
 	g.Expect(fleet.ApplyManifests(ctx, cp.Client, "hack/kwok/cnpg-stages.yaml")).To(Succeed())
+	// kwok's Stage controller for Clusters reads their OpenAPI schema once,
+	// when it starts, and gives up if the API server does not serve it yet.
+	dc, err := discovery.NewDiscoveryClientForConfig(cp.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func(g Gomega) {
+		paths, err := dc.OpenAPIV3().Paths()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(paths).To(HaveKey("apis/postgresql.cnpg.io/v1"))
+	}).WithTimeout(time.Minute).WithPolling(poll).Should(Succeed())
 
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	g.Expect(os.WriteFile(kubeconfig, cp.Kubeconfig, 0o600)).To(Succeed())
