@@ -80,23 +80,23 @@ type cnpgSim struct {
 	e     *env
 	delay time.Duration
 
-	mu        sync.Mutex
-	acting    map[string]bool      // member/ns/name -> acts as primary
-	demoteAt  map[string]time.Time // when a pending demotion happens
-	tokens    map[string]bool      // demotion tokens issued
-	timeline  map[string]int64     // member/ns/name -> the timeline it runs or replays
-	reported  map[string]int64     // member/ns/name -> its last checkpoint's or restartpoint's timeline
-	replayed  map[string]time.Time // member/ns/name -> when a standby began to replay a timeline it has not reported
+	mu       sync.Mutex
+	acting   map[string]bool      // member/ns/name -> acts as primary
+	demoteAt map[string]time.Time // when a pending demotion happens
+	tokens   map[string]bool      // demotion tokens issued
+	timeline map[string]int64     // member/ns/name -> the timeline it runs or replays
+	reported map[string]int64     // member/ns/name -> its last checkpoint's or restartpoint's timeline
+	replayed map[string]time.Time // member/ns/name -> when a standby began to replay a timeline it has not reported
 	// restartpoint is how long after that a standby makes its restartpoint;
 	// holdRestartpoint: members whose standbys make none.
 	restartpoint     time.Duration
 	holdRestartpoint map[string]bool
-	lsn              int64 // the simulated WAL position, for the demotion tokens
-	diverged  map[string]bool      // member/ns/name -> cannot follow a new timeline
-	uids      map[string]types.UID // member/ns/name -> the Cluster it plays
-	systemIDs map[string]string    // ns/name -> the Database's system identifier
-	frozen    map[string]bool
-	unhealthy map[string]bool
+	lsn              int64                // the simulated WAL position, for the demotion tokens
+	diverged         map[string]bool      // member/ns/name -> cannot follow a new timeline
+	uids             map[string]types.UID // member/ns/name -> the Cluster it plays
+	systemIDs        map[string]string    // ns/name -> the Database's system identifier
+	frozen           map[string]bool
+	unhealthy        map[string]bool
 	// holdDemotion: members whose demotion stays in progress.
 	holdDemotion map[string]bool
 	// used are the promotion tokens a promotion consumed; unrecoverable the
@@ -366,7 +366,6 @@ func randomSystemID() string {
 	}
 	return strconv.FormatUint(n>>1, 10)
 }
-
 
 // primaryWatch records, over a test, the most members whose Cluster for one
 // Database is written as primary (spec.replica.primary == spec.replica.self)
