@@ -113,7 +113,7 @@ func testSwitchoverRestarts(t *testing.T, e *env, sim *cnpgSim) {
 		g.Eventually(func(g Gomega) {
 			sw := e.getDB(ns, "orders").Status.Topology.Switchover
 			g.Expect(sw).NotTo(BeNil())
-			g.Expect(sw.Step).To(Equal(h.step))
+			g.Expect(sw.Step).To(Equal(h.step), sw.Message)
 		}).WithTimeout(2*eventually).WithPolling(50*time.Millisecond).Should(Succeed(), "the switchover reaches %s", h.step)
 		t.Logf("restarting the hub at step %s", h.step)
 		before := e.writes.Total("m1")
