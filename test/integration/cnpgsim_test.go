@@ -3,8 +3,9 @@ package integration
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,8 +53,24 @@ import (
 // starts a timeline above every one in use (findNewestTimeLine()+1 in
 // StartupXLOG, src/backend/access/transam/xlog.c); a standby follows its
 // primary's timeline switch (recovery_target_timeline 'latest', the default
-// since PostgreSQL 12), and reports it at once (a real one reports its last
-// restartpoint's); a member still acting as a primary when another is
+// since PostgreSQL 12) at once, but reports it only from its next
+// restartpoint: CloudNativePG's instance timeline is
+// pg_control_checkpoint()'s timeline_id, the last checkpoint's on a primary
+// and the last restartpoint's on a standby (fillStatusFromPrimary and
+// fillStatusFromReplica, pkg/management/postgres/probes.go, v1.30.0), and a
+// standby makes a restartpoint only at its checkpoint_timeout after it
+// replayed the new primary's checkpoint (over 5 minutes on real nodes,
+// docs/realnodes.md). Here a standby makes its restartpoint restartpoint
+// after it began to replay a new timeline, unless its member's restartpoints
+// are held (holdRestartpoints); a promoted primary reports its new timeline
+// at once (as the real nodes showed). A Cluster's demotion token is
+// CloudNativePG's: base64 of the demoted primary's pg_controldata as JSON
+// (PgControldataTokenContent in pkg/utils/parser.go, generateDemotionToken in
+// pkg/reconciler/replicaclusterswitch/shutdown_wal.go, v1.30.0), with the
+// system identifier and the timeline of its shutdown checkpoint, and only a
+// Cluster that acted as a primary publishes one (the switch starts only
+// when an instance is a primary: containsPrimaryInstance,
+// pkg/reconciler/replicaclusterswitch/reconciler.go). A member still acting as a primary when another is
 // promoted without a token has diverged and never follows again:
 // CloudNativePG demotes a former primary without pg_rewind
 // (verifyPgDataCoherenceForPrimary in
@@ -63,16 +80,23 @@ type cnpgSim struct {
 	e     *env
 	delay time.Duration
 
-	mu        sync.Mutex
-	acting    map[string]bool      // member/ns/name -> acts as primary
-	demoteAt  map[string]time.Time // when a pending demotion happens
-	tokens    map[string]bool      // demotion tokens issued
-	timeline  map[string]int64     // member/ns/name -> its timeline
-	diverged  map[string]bool      // member/ns/name -> cannot follow a new timeline
-	uids      map[string]types.UID // member/ns/name -> the Cluster it plays
-	systemIDs map[string]string    // ns/name -> the Database's system identifier
-	frozen    map[string]bool
-	unhealthy map[string]bool
+	mu       sync.Mutex
+	acting   map[string]bool      // member/ns/name -> acts as primary
+	demoteAt map[string]time.Time // when a pending demotion happens
+	tokens   map[string]bool      // demotion tokens issued
+	timeline map[string]int64     // member/ns/name -> the timeline it runs or replays
+	reported map[string]int64     // member/ns/name -> its last checkpoint's or restartpoint's timeline
+	replayed map[string]time.Time // member/ns/name -> when a standby began to replay a timeline it has not reported
+	// restartpoint is how long after that a standby makes its restartpoint;
+	// holdRestartpoint: members whose standbys make none.
+	restartpoint     time.Duration
+	holdRestartpoint map[string]bool
+	lsn              int64                // the simulated WAL position, for the demotion tokens
+	diverged         map[string]bool      // member/ns/name -> cannot follow a new timeline
+	uids             map[string]types.UID // member/ns/name -> the Cluster it plays
+	systemIDs        map[string]string    // ns/name -> the Database's system identifier
+	frozen           map[string]bool
+	unhealthy        map[string]bool
 	// holdDemotion: members whose demotion stays in progress.
 	holdDemotion map[string]bool
 	// used are the promotion tokens a promotion consumed; unrecoverable the
@@ -86,7 +110,8 @@ const cnpgPhaseUnrecoverable = "Cluster is unrecoverable and needs manual interv
 
 func newCNPGSim(e *env, delay time.Duration) *cnpgSim {
 	return &cnpgSim{e: e, delay: delay, acting: map[string]bool{}, demoteAt: map[string]time.Time{},
-		tokens: map[string]bool{}, timeline: map[string]int64{}, diverged: map[string]bool{}, uids: map[string]types.UID{},
+		tokens: map[string]bool{}, timeline: map[string]int64{}, reported: map[string]int64{}, replayed: map[string]time.Time{},
+		restartpoint: 2 * time.Second, holdRestartpoint: map[string]bool{}, diverged: map[string]bool{}, uids: map[string]types.UID{},
 		systemIDs: map[string]string{}, frozen: map[string]bool{}, unhealthy: map[string]bool{},
 		holdDemotion: map[string]bool{}, used: map[string]bool{}, unrecoverable: map[string]bool{}}
 }
@@ -96,6 +121,22 @@ func (s *cnpgSim) holdDemotions(m string, on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.holdDemotion[m] = on
+}
+
+// holdRestartpoints stops m's standbys from making restartpoints (on), so
+// they keep reporting the timeline of their last one, or lets them make
+// them again.
+func (s *cnpgSim) holdRestartpoints(m string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.holdRestartpoint[m] = on
+}
+
+// reportedTimeline is the timeline m's Cluster for ns/name reports.
+func (s *cnpgSim) reportedTimeline(m, ns, name string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reported[m+"/"+ns+"/"+name]
 }
 
 // unrecoverableClusters are the Clusters (member/namespace/name) that went
@@ -206,7 +247,10 @@ func (s *cnpgSim) transition(m string, u *unstructured.Unstructured, self, prima
 		// from the primary with pg_basebackup.
 		s.uids[key] = u.GetUID()
 		s.acting[key] = primary == self
+		// pg_basebackup's backup starts at a checkpoint of the primary.
 		s.timeline[key] = max(1, s.timeline[primary+"/"+db])
+		s.reported[key] = max(1, s.reported[primary+"/"+db])
+		delete(s.replayed, key)
 		s.diverged[key] = false
 		delete(s.demoteAt, key)
 	}
@@ -236,7 +280,7 @@ func (s *cnpgSim) transition(m string, u *unstructured.Unstructured, self, prima
 			return next
 		}
 		delete(s.demoteAt, key)
-		t := randomToken()
+		t := s.demotionToken(key, db)
 		s.tokens[t] = true
 		next["demotionToken"] = t
 		next["switchReplicaClusterStatus"] = map[string]any{"inProgress": false}
@@ -265,22 +309,50 @@ func (s *cnpgSim) promote(key, db string, forced bool) {
 		}
 	}
 	s.timeline[key] = tl + 1
+	s.reported[key] = tl + 1
+	delete(s.replayed, key)
 	s.acting[key] = true
 }
 
+// demotionToken is the token of key's shutdown checkpoint: its pg_controldata
+// as CloudNativePG writes it (see cnpgSim). The shutdown checkpoint is on
+// the timeline it ran as a primary.
+func (s *cnpgSim) demotionToken(key, db string) string {
+	s.lsn += 0x1000000
+	s.reported[key] = s.timeline[key]
+	raw, _ := json.Marshal(map[string]string{
+		"latestCheckpointTimelineID":   strconv.FormatInt(s.timeline[key], 10),
+		"redoWalFile":                  fmt.Sprintf("%08X%08X%08X", s.timeline[key], s.lsn>>32, (s.lsn&0xFFFFFFFF)>>24),
+		"databaseSystemIdentifier":     s.systemIDs[db],
+		"latestCheckpointREDOLocation": fmt.Sprintf("%X/%X", s.lsn>>32, s.lsn&0xFFFFFFFF),
+		"timeOfLatestCheckpoint":       time.Now().UTC().Format("Mon Jan 2 15:04:05 2006"),
+		"operatorVersion":              "1.30.0",
+	})
+	return base64.StdEncoding.EncodeToString(raw)
+}
+
 // report puts into next what CloudNativePG's status says of the instance
-// (see cnpgSim): a standby first follows its primary's timeline.
+// (see cnpgSim): a standby follows its primary's timeline at once and
+// reports it from its next restartpoint.
 func (s *cnpgSim) report(key, db, name, primary string, next map[string]any) {
 	acting := s.acting[key]
 	if up := s.timeline[primary+"/"+db]; !acting && !s.diverged[key] && up > s.timeline[key] {
 		s.timeline[key] = up
 	}
+	if s.reported[key] == s.timeline[key] {
+		delete(s.replayed, key)
+	} else if at, ok := s.replayed[key]; !ok {
+		s.replayed[key] = time.Now()
+	} else if m, _, _ := strings.Cut(key, "/"); !s.holdRestartpoint[m] && time.Since(at) >= s.restartpoint {
+		s.reported[key] = s.timeline[key] // the restartpoint
+		delete(s.replayed, key)
+	}
 	next["systemID"] = s.systemIDs[db]
 	next["instancesReportedState"] = map[string]any{
-		name + "-1": map[string]any{"isPrimary": acting, "timeLineID": s.timeline[key]},
+		name + "-1": map[string]any{"isPrimary": acting, "timeLineID": s.reported[key]},
 	}
 	if acting {
-		next["timelineID"] = s.timeline[key]
+		next["timelineID"] = s.reported[key]
 	}
 }
 
@@ -293,12 +365,6 @@ func randomSystemID() string {
 		n = n<<8 | uint64(c)
 	}
 	return strconv.FormatUint(n>>1, 10)
-}
-
-func randomToken() string {
-	b := make([]byte, 12)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // primaryWatch records, over a test, the most members whose Cluster for one

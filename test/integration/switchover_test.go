@@ -29,6 +29,9 @@ func TestTopology(t *testing.T) {
 	t.Run("a never-healthy target or a demotion without a token stops the switchover; the old primary stays or comes back", func(t *testing.T) { testSwitchoverTargetUnhealthy(t, e, sim) })
 	t.Run("a forced promotion fences the lost primary, which stays fenced until rebuilt; a target that does not stream is refused", func(t *testing.T) { testForcedFailover(t, e, sim) })
 	t.Run("a forced promotion demotes a reachable old primary and sees it demoted before promoting", func(t *testing.T) { testForcedFailoverReachable(t, e, sim) })
+	t.Run("standbys report their last restartpoint's timeline: a switchover back goes through, another target waits for its restartpoint", func(t *testing.T) {
+		testSwitchoverBeforeRestartpoint(t, e, sim)
+	})
 }
 
 func newTopologyDB(ns, name, primary string, members ...string) *fleetv1alpha1.Database {
@@ -110,7 +113,7 @@ func testSwitchoverRestarts(t *testing.T, e *env, sim *cnpgSim) {
 		g.Eventually(func(g Gomega) {
 			sw := e.getDB(ns, "orders").Status.Topology.Switchover
 			g.Expect(sw).NotTo(BeNil())
-			g.Expect(sw.Step).To(Equal(h.step))
+			g.Expect(sw.Step).To(Equal(h.step), sw.Message)
 		}).WithTimeout(2*eventually).WithPolling(50*time.Millisecond).Should(Succeed(), "the switchover reaches %s", h.step)
 		t.Logf("restarting the hub at step %s", h.step)
 		before := e.writes.Total("m1")
@@ -352,6 +355,68 @@ func testForcedFailoverReachable(t *testing.T, e *env, sim *cnpgSim) {
 	g.Expect(db.Status.Topology.Fenced).To(BeEmpty(), "m1 was demoted before m2's promotion: it follows m2")
 	n, seen := w.most()
 	g.Expect(n).To(Equal(1), "members written or acting as primary at once: %v", seen)
+}
+
+// testSwitchoverBeforeRestartpoint: a standby reports the timeline of its
+// last restartpoint (the simulator's restartpoints are held here, as on a
+// real node for minutes after a promotion, see cnpgSim). A switchover back
+// to the former primary that a switchover demoted cleanly goes through
+// (CheckTarget's demotion token rule, docs/topology.md); a target that never
+// was the primary waits at CheckTarget until its restartpoint shows it on
+// the primary's timeline, and then goes through.
+func testSwitchoverBeforeRestartpoint(t *testing.T, e *env, sim *cnpgSim) {
+	g := NewWithT(t)
+	ns := e.namespace("topo-restartpoint")
+	members := []string{"m1", "m2", "m3"}
+	db := newTopologyDB(ns, "carts", "m1", members...)
+	// Longer than the wait at CheckTarget below takes to be seen.
+	db.Spec.Topology.StepTimeout = &metav1.Duration{Duration: time.Minute}
+	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
+	e.expectStable(g, ns, "carts", "m1", members...)
+	for _, m := range members {
+		sim.holdRestartpoints(m, true)
+		defer sim.holdRestartpoints(m, false)
+	}
+
+	e.setPrimary(g, ns, "carts", "m2")
+	e.expectStable(g, ns, "carts", "m2", members...)
+	g.Expect(sim.reportedTimeline("m2", ns, "carts")).To(Equal(int64(2)), "the promoted m2 reports its new timeline")
+	g.Expect(sim.reportedTimeline("m1", ns, "carts")).To(Equal(int64(1)), "the demoted m1 reports its last restartpoint's timeline")
+
+	// Back to m1 before it made a restartpoint: m1 published a demotion
+	// token of timeline 1 and m2 is on timeline 2.
+	e.setPrimary(g, ns, "carts", "m1")
+	g.Eventually(func(g Gomega) {
+		last := e.getDB(ns, "carts").Status.Topology.LastSwitchover
+		g.Expect(last).NotTo(BeNil())
+		g.Expect(last.From).To(Equal("m2"))
+		g.Expect(last.Outcome).To(Equal("Succeeded"), last.Message)
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	e.expectStable(g, ns, "carts", "m1", members...)
+	g.Expect(sim.reportedTimeline("m1", ns, "carts")).To(Equal(int64(3)))
+	g.Expect(sim.reportedTimeline("m3", ns, "carts")).To(Equal(int64(1)), "m3 made no restartpoint")
+
+	// m3 never was the primary: it waits for its restartpoint.
+	e.setPrimary(g, ns, "carts", "m3")
+	waiting := func(g Gomega) {
+		sw := e.getDB(ns, "carts").Status.Topology.Switchover
+		g.Expect(sw).NotTo(BeNil())
+		g.Expect(sw.Step).To(Equal(fleetv1alpha1.StepCheckTarget))
+		g.Expect(sw.Outcome).To(BeEmpty(), sw.Message)
+		g.Expect(sw.Message).To(ContainSubstring("waiting for m3 to stream from m1: m3 on timeline 1, m1 on timeline 3"))
+	}
+	g.Eventually(waiting).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Consistently(waiting).WithTimeout(2 * time.Second).WithPolling(poll).Should(Succeed())
+	for _, m := range members {
+		p, tok := e.replicaOf(g, m, ns, "carts")
+		g.Expect(p).To(Equal("m1"), "%s: nothing was changed", m)
+		g.Expect(tok).To(BeEmpty())
+	}
+	sim.holdRestartpoints("m3", false)
+	db = e.expectStable(g, ns, "carts", "m3", members...)
+	last := db.Status.Topology.LastSwitchover
+	g.Expect(last.From).To(Equal("m1"))
+	g.Expect(last.Outcome).To(Equal("Succeeded"))
 }
 
 // settleWritesTo waits until the hub has sent no write to member m for two
