@@ -79,7 +79,14 @@ func testSwitchoverRestarts(t *testing.T, e *env, sim *cnpgSim) {
 	defer cancel()
 	go w.run(ctx)
 	members := []string{"m1", "m2", "m3"}
-	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "orders", "m1", members...))).To(Succeed())
+	db := newTopologyDB(ns, "orders", "m1", members...)
+	// Each step is held across a hub restart, which on a loaded machine
+	// takes longer than newTopologyDB's 10 s step timeout: a step timed out
+	// there (the switchover Failed at CheckTarget, then never reached
+	// Demote) is not what this test is about. Step timeouts are
+	// testSwitchoverTargetUnhealthy's.
+	db.Spec.Topology.StepTimeout = &metav1.Duration{Duration: 3 * time.Minute}
+	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
 	e.expectStable(g, ns, "orders", "m1", members...)
 
 	// Each step is held (the simulator or the member's writes stopped) until
@@ -131,7 +138,7 @@ func testSwitchoverRestarts(t *testing.T, e *env, sim *cnpgSim) {
 		}
 		h.release()
 	}
-	db := e.expectStable(g, ns, "orders", "m2", members...)
+	db = e.expectStable(g, ns, "orders", "m2", members...)
 	last := db.Status.Topology.LastSwitchover
 	g.Expect(last.Outcome).To(Equal("Succeeded"))
 	g.Expect(last.From).To(Equal("m1"))
