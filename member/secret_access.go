@@ -140,19 +140,27 @@ func mayReadSecrets(ctx context.Context, live client.Reader, ns string) (bool, e
 // bindSecretRole creates the RoleBinding of SecretAccessRole in ns for the
 // identity the hub authenticates as; one that exists already is kept.
 func bindSecretRole(ctx context.Context, c client.Client, ns string) error {
+	return BindSelf(ctx, c, ns, SecretAccessRole)
+}
+
+// BindSelf creates in ns the RoleBinding named role, of the ClusterRole
+// role, for the identity c authenticates as (SelfSubject), labelled as
+// fleetdb's; one that exists already is kept. The hub binds its Secret roles
+// this way, in the members and in the hub cluster.
+func BindSelf(ctx context.Context, c client.Client, ns, role string) error {
 	subject, err := SelfSubject(ctx, c)
 	if err != nil {
-		return fmt.Errorf("reading the hub's identity in the member: %w", err)
+		return fmt.Errorf("reading the hub's identity: %w", err)
 	}
 	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: SecretAccessRole, Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: role, Labels: map[string]string{
 			fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue,
 		}},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: SecretAccessRole},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
 		Subjects: []rbacv1.Subject{subject},
 	}
 	if err := c.Create(ctx, rb, client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("binding %s in namespace %s: %w", SecretAccessRole, ns, err)
+		return fmt.Errorf("binding %s in namespace %s: %w", role, ns, err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -307,6 +308,28 @@ func TestHubSecretAccess(t *testing.T) {
 			g.Expect(e.getDB(ns, "receipts").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
 		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 		g.Expect(e.hub.Get(e.ctx, rbKey, &rbacv1.RoleBinding{})).To(Succeed(), "bound again for a new Database")
+	})
+
+	t.Run("a binding a platform team made under that name is used and kept when the last Database goes", func(t *testing.T) {
+		g := NewWithT(t)
+		team := e.namespace("granted")
+		mine := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: hubSecretRole},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: hubSecretRole},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: hubServiceAccount, Namespace: hubNS}},
+		}
+		g.Expect(e.hub.Create(e.ctx, mine)).To(Succeed())
+		g.Expect(e.hub.Create(e.ctx, newDB(team, "audit", "m1"))).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			g.Expect(e.getDB(team, "audit").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+		g.Expect(e.hub.Delete(e.ctx, e.getDB(team, "audit"))).To(Succeed())
+		g.Eventually(func() bool {
+			return apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKey{Namespace: team, Name: "audit"}, &fleetv1alpha1.Database{}))
+		}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+		g.Consistently(func() error {
+			return e.hub.Get(e.ctx, client.ObjectKeyFromObject(mine), &rbacv1.RoleBinding{})
+		}).WithTimeout(3*time.Second).WithPolling(poll).Should(Succeed(), "the hub deleted a RoleBinding it did not make")
 	})
 
 	t.Run("a restarted hub removes a binding left where no Database is, and keeps the others", func(t *testing.T) {

@@ -12,7 +12,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -194,21 +193,7 @@ func (h *Access) mayWatchSecrets(ctx context.Context, ns string) (bool, error) {
 
 // bind creates the RoleBinding Role in ns for the hub's identity.
 func (h *Access) bind(ctx context.Context, ns string) error {
-	subject, err := member.SelfSubject(ctx, h.c)
-	if err != nil {
-		return fmt.Errorf("reading the hub's identity: %w", err)
-	}
-	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: Role, Labels: map[string]string{
-			fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue,
-		}},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: Role},
-		Subjects: []rbacv1.Subject{subject},
-	}
-	if err := h.c.Create(ctx, rb, client.FieldOwner(fleetv1alpha1.FieldManager)); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("binding %s in namespace %s: %w", Role, ns, err)
-	}
-	return nil
+	return member.BindSelf(ctx, h.c, ns, Role)
 }
 
 // watch starts the cache of fleetdb's Secrets in ns and waits for its first
@@ -278,9 +263,22 @@ func (h *Access) Release(ctx context.Context, ns string) error {
 		return nil
 	}
 	h.forget(ns)
-	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: Role}}
-	if err := h.c.Delete(ctx, rb); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("removing RoleBinding %s of namespace %s: %w", Role, ns, err)
+	// Only the binding the hub made (its managed-by label) goes: one a
+	// platform team created under that name before the hub needed it was
+	// adopted by Ensure and stays. A list by name (what resourceNames
+	// authorizes), then a delete of exactly that object (its UID).
+	var bindings rbacv1.RoleBindingList
+	if err := h.live.List(ctx, &bindings, client.InNamespace(ns), client.MatchingFields{"metadata.name": Role}); err != nil {
+		return fmt.Errorf("reading RoleBinding %s of namespace %s: %w", Role, ns, err)
+	}
+	for i := range bindings.Items {
+		rb := &bindings.Items[i]
+		if rb.Name != Role || rb.Labels[fleetv1alpha1.LabelManagedBy] != fleetv1alpha1.ManagedByValue {
+			continue
+		}
+		if err := h.c.Delete(ctx, rb, client.Preconditions{UID: &rb.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("removing RoleBinding %s of namespace %s: %w", Role, ns, err)
+		}
 	}
 	h.mu.Lock()
 	h.released[ns] = true
