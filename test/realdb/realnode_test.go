@@ -127,25 +127,48 @@ spec:
 `, "apply", "-f", "-")
 	k(10*time.Minute, "", "wait", "cluster/pg", "--for=condition=Ready", "--timeout=9m")
 	ip := k(time.Minute, "", "get", "service", "pg-rw", "-o", "jsonpath={.spec.clusterIP}")
-	k(time.Minute, `apiVersion: v1
+	// The client pod runs once (restartPolicy Never); a first connection
+	// made before the node's kube-proxy has the new Service's rules fails
+	// it. Each failed attempt is logged with its output and the pod is run
+	// again, up to three times.
+	psqlPod := `apiVersion: v1
 kind: Pod
 metadata: {name: psql, namespace: default}
 spec:
   restartPolicy: Never
   containers:
   - name: psql
-    image: `+image+`
+    image: ` + image + `
     imagePullPolicy: Never
     command: ["psql", "-Atc", "create table t(x int); insert into t values (7), (42); select 'rows: ' || string_agg(x::text, ',' order by x) from t"]
     env:
-    - {name: PGHOST, value: "`+ip+`"}
+    - {name: PGHOST, value: "` + ip + `"}
     - {name: PGUSER, valueFrom: {secretKeyRef: {name: pg-app, key: username}}}
     - {name: PGPASSWORD, valueFrom: {secretKeyRef: {name: pg-app, key: password}}}
     - {name: PGDATABASE, valueFrom: {secretKeyRef: {name: pg-app, key: dbname}}}
-`, "apply", "-f", "-")
-	k(5*time.Minute, "", "wait", "pod/psql", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=4m")
-	if out := k(time.Minute, "", "logs", "psql"); !strings.Contains(out, "rows: 7,42") {
-		t.Fatalf("psql through the pg-rw Service did not read back the rows it wrote:\n%s", out)
+`
+	for attempt := 1; ; attempt++ {
+		k(time.Minute, psqlPod, "apply", "-f", "-")
+		phase := ""
+		for deadline := time.Now().Add(4 * time.Minute); phase != "Succeeded" && phase != "Failed"; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the psql pod did not end within 4m (phase %q):\n%s", phase, k(time.Minute, "", "describe", "pod", "psql"))
+			}
+			time.Sleep(2 * time.Second)
+			phase = k(time.Minute, "", "get", "pod", "psql", "-o", "jsonpath={.status.phase}")
+		}
+		out := k(time.Minute, "", "logs", "psql")
+		if phase == "Succeeded" {
+			if !strings.Contains(out, "rows: 7,42") {
+				t.Fatalf("psql through the pg-rw Service did not read back the rows it wrote:\n%s", out)
+			}
+			break
+		}
+		t.Logf("attempt %d: the psql pod failed:\n%s", attempt, out)
+		if attempt == 3 {
+			t.Fatalf("psql through the pg-rw Service failed %d times", attempt)
+		}
+		k(2*time.Minute, "", "delete", "pod", "psql", "--wait=true")
 	}
 
 	script(ctx, t, env, 3*time.Minute, "realnode.sh", "down", "member-1")
