@@ -2,6 +2,8 @@ package member
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -126,6 +128,9 @@ func (r renderer) wireTopology(spec map[string]any) {
 	}
 	spec["replica"] = replica
 	spec["externalClusters"] = r.externalClusters()
+	if sync := synchronousConfig(t); sync != nil {
+		spec["postgresql"] = map[string]any{"synchronous": sync}
+	}
 	// No serverAltDNSNames: CloudNativePG's webhook refuses them beside a
 	// serverTLSSecret, on create and update (validateCerts in
 	// internal/webhook/v1/cluster_webhook.go, v1.30.0). The server
@@ -147,6 +152,61 @@ func (r renderer) wireTopology(spec map[string]any) {
 		}
 		spec["bootstrap"] = map[string]any{"pg_basebackup": basebackup}
 	}
+}
+
+// synchronousConfig is spec.postgresql.synchronous for a member whose
+// commits wait for a standby in another member: quorum ("any") of one among
+// the other members' designated primaries, named by the application_name
+// each sets when it connects (StandbyApplicationName, in its externalClusters
+// entries), and none of the member's own instances
+// (maxStandbyNamesFromCluster 0: a local standby on the same node would
+// otherwise acknowledge the commits of a primary cut off from the other
+// members). dataDurability required: CloudNativePG then keeps the list as
+// given instead of shrinking it to the healthy local instances
+// (explicitSynchronousStandbyNamesDataDurabilityRequired in
+// pkg/postgres/replication/explicit.go, v1.30.0); its webhook requires
+// number < instances + len(standbyNamesPre) (validateSynchronousReplicaConfiguration
+// in internal/webhook/v1/cluster_webhook.go, v1.30.0), which 1 always is.
+// CloudNativePG's own connections set synchronous_commit=local
+// (pkg/management/postgres/pool/profiles.go, v1.30.0), so its bootstrap and
+// role reconciliation do not wait for the standbys.
+func synchronousConfig(t *Topology) map[string]any {
+	var names []any
+	for _, m := range t.SynchronousStandbys {
+		if m != t.Self {
+			names = append(names, StandbyApplicationName(m))
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return map[string]any{
+		"method":                     "any",
+		"number":                     int64(1),
+		"maxStandbyNamesFromCluster": int64(0),
+		"standbyNamesPre":            names,
+		"dataDurability":             "required",
+	}
+}
+
+// StandbyApplicationName is the application_name member m's designated
+// primary connects to another member's primary with (its externalClusters
+// entries' connectionParameters: CloudNativePG builds primary_conninfo of a
+// replica cluster's designated primary from them, ConfigureConnectionToServer
+// in pkg/management/external/external.go, v1.30.0): how a primary's
+// pg_stat_replication and synchronous_standby_names tell the other members'
+// standbys apart. The ':' keeps it from ever equalling a CloudNativePG
+// instance name ("<cluster>-<n>", the application_name of the member's own
+// standbys); it fits PostgreSQL's 63-byte names (a longer member name is
+// cut and given a hash of the whole).
+func StandbyApplicationName(m string) string {
+	const prefix, limit = "fleetdb:", 63
+	if len(prefix)+len(m) <= limit {
+		return prefix + m
+	}
+	sum := sha256.Sum256([]byte(m))
+	suffix := "-" + hex.EncodeToString(sum[:4])
+	return prefix + m[:limit-len(prefix)-len(suffix)] + suffix
 }
 
 // replicaSource is replica.source: the primary for a standby, the member
@@ -198,6 +258,9 @@ func (r renderer) externalClusters() []any {
 				"user":    ReplicationUser,
 				"dbname":  "postgres",
 				"sslmode": "verify-full",
+				// How the primary names this member's standby
+				// (synchronousConfig).
+				"application_name": StandbyApplicationName(r.p.Topology.Self),
 			},
 			"sslCert":     ref(TopologyReplicationSecretName(r.db.Name), TLSCertKey),
 			"sslKey":      ref(TopologyReplicationSecretName(r.db.Name), TLSKeyKey),

@@ -1,6 +1,7 @@
 package member_test
 
 import (
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -51,18 +52,19 @@ func TestRenderTopologyPrimary(t *testing.T) {
 		map[string]any{
 			"name": "eu-1",
 			"connectionParameters": map[string]any{"host": "orders-rw.team-a.eu-1.example.net", "port": "15432",
-				"user": "streaming_replica", "dbname": "postgres", "sslmode": "verify-full"},
+				"user": "streaming_replica", "dbname": "postgres", "sslmode": "verify-full", "application_name": "fleetdb:eu-1"},
 			"sslCert": ref("orders-topology-replication", "tls.crt"), "sslKey": ref("orders-topology-replication", "tls.key"),
 			"sslRootCert": ref("orders-topology-ca", "ca.crt"),
 		},
 		map[string]any{
 			"name": "us-1",
 			"connectionParameters": map[string]any{"host": "orders-rw.team-a.us-1.example.net", "port": "5432",
-				"user": "streaming_replica", "dbname": "postgres", "sslmode": "verify-full"},
+				"user": "streaming_replica", "dbname": "postgres", "sslmode": "verify-full", "application_name": "fleetdb:eu-1"},
 			"sslCert": ref("orders-topology-replication", "tls.crt"), "sslKey": ref("orders-topology-replication", "tls.key"),
 			"sslRootCert": ref("orders-topology-ca", "ca.crt"),
 		},
-	}), "every member, sorted by name")
+	}), "every member, sorted by name; the application_name is this member's, the name its standby has on the primary")
+	g.Expect(spec).NotTo(HaveKey("postgresql"), "no synchronous standbys: asynchronous commits")
 
 	ca := r.objs["Secret/orders-topology-ca"].(*corev1.Secret)
 	g.Expect(ca.Data).To(Equal(map[string][]byte{"ca.crt": []byte("ca-cert")}), "the CA Secret holds no key")
@@ -92,6 +94,38 @@ func TestRenderTopologyStandby(t *testing.T) {
 	p.Topology.Primary = "us-1"
 	spec = render(t, p).cluster().Object["spec"].(map[string]any)
 	g.Expect(spec["replica"]).To(Equal(map[string]any{"self": "us-1", "primary": "us-1", "source": "eu-1", "promotionToken": "token"}))
+}
+
+func TestRenderTopologySynchronous(t *testing.T) {
+	g := NewWithT(t)
+	for _, self := range []string{"eu-1", "us-1"} { // the primary and the standby render the same
+		p := topologyParams(self, "eu-1")
+		p.Topology.Peers = append(p.Topology.Peers, member.Peer{Name: "orders-2", Host: "h", Port: 5432})
+		p.Topology.SynchronousStandbys = []string{"eu-1", "orders-2", "us-1"}
+		spec := render(t, p).cluster().Object["spec"].(map[string]any)
+		var want []any
+		for _, m := range []string{"eu-1", "orders-2", "us-1"} {
+			if m != self {
+				want = append(want, "fleetdb:"+m)
+			}
+		}
+		g.Expect(spec["postgresql"]).To(Equal(map[string]any{"synchronous": map[string]any{
+			"method": "any", "number": int64(1), "maxStandbyNamesFromCluster": int64(0),
+			"standbyNamesPre": want, "dataDurability": "required",
+		}}), "%s: one of the other members' standbys, never its own instances (a member named orders-2 is not the instance orders-2)", self)
+	}
+}
+
+func TestStandbyApplicationName(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(member.StandbyApplicationName("eu-1")).To(Equal("fleetdb:eu-1"))
+	long := strings.Repeat("a", 63)
+	name := member.StandbyApplicationName(long)
+	g.Expect(len(name)).To(Equal(63), "PostgreSQL keeps 63 bytes of an application_name")
+	other := member.StandbyApplicationName(strings.Repeat("a", 62) + "b")
+	g.Expect(other).NotTo(Equal(name), "two long names that share the kept prefix stay apart")
+	g.Expect(len(member.StandbyApplicationName(strings.Repeat("a", 55)))).To(Equal(63))
+	g.Expect(member.StandbyApplicationName(strings.Repeat("a", 55))).To(Equal("fleetdb:" + strings.Repeat("a", 55)))
 }
 
 func TestRenderTopologyRefusesIncompleteWiring(t *testing.T) {

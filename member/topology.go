@@ -26,6 +26,12 @@ type Topology struct {
 	// switchover, in the same write that sets Primary to Self
 	// (replica.promotionToken). Empty for a forced promotion.
 	PromotionToken string
+	// SynchronousStandbys are the other members whose standbys a commit on
+	// this member's primary waits for (any one of them), by member name;
+	// empty for asynchronous commits. Rendered on every member (a standby
+	// promoted by a switchover commits synchronously from its first
+	// transaction); the hub leaves out members fenced by a forced failover.
+	SynchronousStandbys []string
 	// Peers are every placed member (Self included), by name, with the
 	// address a standby in another member uses to reach its primary.
 	Peers []Peer

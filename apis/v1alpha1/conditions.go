@@ -333,6 +333,11 @@ const (
 	// ReasonStandbyNotFollowing: a reachable standby's Cluster does not
 	// follow the primary (yet).
 	ReasonStandbyNotFollowing = "StandbyNotFollowing"
+	// ReasonCommitsWaiting: durability Synchronous and no standby in another
+	// member that the primary's commits may wait for is reachable and
+	// healthy: commits on the primary wait (they finish when one streams
+	// again).
+	ReasonCommitsWaiting = "CommitsWaiting"
 	// ReasonSwitchoverStepTimedOut: a switchover step did not finish within
 	// spec.topology.stepTimeout; the hub changes nothing more (see
 	// docs/topology.md: abort by setting primaryCluster back before the promotion).
@@ -570,6 +575,14 @@ func (d *Database) TopologyMode() TopologyMode {
 		return TopologyIndependent
 	}
 	return d.Spec.Topology.Mode
+}
+
+// TopologyDurability is spec.topology.durability, Synchronous when unset.
+func (d *Database) TopologyDurability() TopologyDurability {
+	if d.Spec.Topology == nil || d.Spec.Topology.Durability == "" {
+		return DurabilitySynchronous
+	}
+	return d.Spec.Topology.Durability
 }
 
 // DefaultSwitchoverStepTimeout is spec.topology.stepTimeout when unset.

@@ -19,6 +19,32 @@ const (
 	TopologyPrimaryStandby TopologyMode = "PrimaryStandby"
 )
 
+// TopologyDurability says when the primary of a PrimaryStandby Database
+// acknowledges a commit.
+// +kubebuilder:validation:Enum=Synchronous;Asynchronous
+type TopologyDurability string
+
+// Durability levels.
+const (
+	// DurabilitySynchronous (the default): a commit on the primary is
+	// acknowledged only once at least one standby in another member has
+	// flushed it (CloudNativePG spec.postgresql.synchronous, method any,
+	// number 1, the other members' standbys by name, dataDurability
+	// required). A planned switchover and a forced failover lose no
+	// acknowledged transaction, and an old primary that comes back after a
+	// forced failover cannot acknowledge a write: every commit there waits
+	// for a standby that no longer follows it until CloudNativePG demotes it.
+	// The price: each commit waits for one cross-member round trip, and
+	// while no other member's standby streams, commits on the primary wait
+	// (they are not refused: they finish when a standby is back).
+	DurabilitySynchronous TopologyDurability = "Synchronous"
+	// DurabilityAsynchronous: the primary acknowledges a commit once it is
+	// flushed locally. Commits never wait for another member; a forced
+	// failover loses what had not streamed, and an old primary that comes
+	// back acknowledges writes until CloudNativePG demotes it (seconds).
+	DurabilityAsynchronous TopologyDurability = "Asynchronous"
+)
+
 // TopologySpec says whether the members run one database (PrimaryStandby)
 // or one database each (Independent).
 //
@@ -31,6 +57,7 @@ const (
 //
 // +kubebuilder:validation:XValidation:rule="self.mode != 'PrimaryStandby' || (has(self.primaryCluster) && size(self.primaryCluster) > 0)",message="spec.topology.primaryCluster is required when mode is PrimaryStandby"
 // +kubebuilder:validation:XValidation:rule="self.mode == 'PrimaryStandby' || (!has(self.primaryCluster) && !has(self.failover))",message="spec.topology.primaryCluster and failover apply only to mode PrimaryStandby"
+// +kubebuilder:validation:XValidation:rule="self.mode == 'PrimaryStandby' || !has(self.durability)",message="spec.topology.durability applies only to mode PrimaryStandby"
 // +kubebuilder:validation:XValidation:rule="!has(self.failover) || self.failover.targetCluster == self.primaryCluster",message="spec.topology.failover.targetCluster must equal spec.topology.primaryCluster (the standby being promoted)"
 type TopologySpec struct {
 	// Mode is Independent (the default) or PrimaryStandby.
@@ -54,6 +81,18 @@ type TopologySpec struct {
 	// is never allowed to come back as a second primary).
 	// +optional
 	Failover *FailoverSpec `json:"failover,omitempty"`
+
+	// Durability is Synchronous (the default when unset) or Asynchronous:
+	// whether a commit on the primary waits until a standby in another
+	// member has it. Synchronous is the safe choice: no acknowledged
+	// transaction is lost in a failover, and an old primary back after a
+	// forced failover acknowledges no write. With Synchronous, commits wait
+	// while no other member's standby streams (see docs/topology.md,
+	// "Durability"). After a forced failover the new primary commits
+	// without waiting for the fenced old primary until it is back as a
+	// standby. Applies to mode PrimaryStandby only.
+	// +optional
+	Durability TopologyDurability `json:"durability,omitempty"`
 
 	// StepTimeout bounds each step of a switchover (demotion, promotion,
 	// re-pointing). A step that does not finish in time stops the switchover

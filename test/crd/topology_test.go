@@ -40,6 +40,10 @@ func TestTopologyValidation(t *testing.T) {
 			[]string{"spec.restoreFrom is not supported with topology PrimaryStandby"}},
 		{"stepTimeout too short", database(t, "t8", ps+`topology: {mode: PrimaryStandby, primaryCluster: eu-1, stepTimeout: 1s}}`),
 			[]string{"spec.topology.stepTimeout", "between 10s and 24h"}},
+		{"durability on Independent", database(t, "t10", ps+`topology: {mode: Independent, durability: Asynchronous}}`),
+			[]string{"spec.topology", "durability applies only to mode PrimaryStandby"}},
+		{"unknown durability", database(t, "t11", ps+`topology: {mode: PrimaryStandby, primaryCluster: eu-1, durability: Eventually}}`),
+			[]string{"spec.topology.durability", "Unsupported value"}},
 		{"replication without hostTemplate", memberCluster(t, "r1", `{kubeconfigSecretRef: {name: b}, replication: {port: 5432}}`),
 			[]string{"spec.replication.hostTemplate", "Required"}},
 		{"replication host without $(DATABASE)", memberCluster(t, "r2", `{kubeconfigSecretRef: {name: b}, replication: {hostTemplate: "pg.$(NAMESPACE).eu-1.example.net"}}`),
@@ -73,6 +77,10 @@ func TestTopologyValidation(t *testing.T) {
 		g.Expect(hub.Get(ctx(t), client.ObjectKey{Namespace: "default", Name: "ledger"}, &db)).To(Succeed())
 		g.Expect(db.TopologyMode()).To(Equal(fleetv1alpha1.TopologyPrimaryStandby))
 		g.Expect(db.Spec.Topology.StepTimeout).NotTo(BeNil(), "the CRD defaults it")
+		g.Expect(db.Spec.Topology.Durability).To(BeEmpty(), "not defaulted in the CRD (an Independent topology must not get it)")
+		g.Expect(db.TopologyDurability()).To(Equal(fleetv1alpha1.DurabilitySynchronous), "unset is Synchronous")
+		g.Expect(hub.Create(ctx(t), database(t, "ledger-async",
+			ps+`topology: {mode: PrimaryStandby, primaryCluster: us-1, durability: Asynchronous}}`))).To(Succeed())
 	})
 
 	t.Run("topology mode is immutable", func(t *testing.T) {

@@ -29,6 +29,9 @@ func TestTopology(t *testing.T) {
 	t.Run("a never-healthy target or a demotion without a token stops the switchover; the old primary stays or comes back", func(t *testing.T) { testSwitchoverTargetUnhealthy(t, e, sim) })
 	t.Run("a forced promotion fences the lost primary, which stays fenced until rebuilt; a target that does not stream is refused", func(t *testing.T) { testForcedFailover(t, e, sim) })
 	t.Run("a forced promotion demotes a reachable old primary and sees it demoted before promoting", func(t *testing.T) { testForcedFailoverReachable(t, e, sim) })
+	t.Run("a Synchronous primary without a reachable standby says its commits wait; Asynchronous renders no synchronous standbys", func(t *testing.T) {
+		testDurability(t, e)
+	})
 	t.Run("standbys report their last restartpoint's timeline: a switchover back goes through, another target waits for its restartpoint", func(t *testing.T) {
 		testSwitchoverBeforeRestartpoint(t, e, sim)
 	})
@@ -252,6 +255,9 @@ func testForcedFailover(t *testing.T, e *env, sim *cnpgSim) {
 			p, _ := e.replicaOf(g, m, ns, "stock")
 			g.Expect(p).To(Equal("m2"), m)
 		}
+		// The new primary's commits no longer wait for the fenced m1.
+		g.Expect(e.synchronousStandbys(g, "m2", ns, "stock")).To(Equal([]any{"fleetdb:m3"}))
+		g.Expect(e.synchronousStandbys(g, "m3", ns, "stock")).To(Equal([]any{"fleetdb:m2"}))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
 	// m1 comes back: every write the hub makes there has it follow m2.
@@ -313,6 +319,72 @@ func testForcedFailover(t *testing.T, e *env, sim *cnpgSim) {
 	db := e.expectStable(g, ns, "stock", "m2", members...)
 	g.Expect(db.Status.Topology.Fenced).To(BeEmpty())
 	g.Expect(db.Status.Topology.LastSwitchover.Outcome).To(Equal("Aborted"))
+	// Released, m1's standby counts for m2's commits again.
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.synchronousStandbys(g, "m2", ns, "stock")).To(Equal([]any{"fleetdb:m1", "fleetdb:m3"}))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+}
+
+func testDurability(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("topo-durability")
+	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "tally", "m1", "m1", "m2"))).To(Succeed())
+	e.expectStable(g, ns, "tally", "m1", "m1", "m2")
+	g.Expect(e.synchronousStandbys(g, "m1", ns, "tally")).To(Equal([]any{"fleetdb:m2"}))
+
+	// The only standby is cut off: the primary's commits wait, and the
+	// condition says so (the primary itself is fine).
+	e.proxies["m2"].Cut()
+	restored := false
+	defer func() {
+		if !restored {
+			_ = e.proxies["m2"].Restore()
+		}
+	}()
+	g.Eventually(func(g Gomega) {
+		db := e.getDB(ns, "tally")
+		c := condition(db.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
+		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonCommitsWaiting), c.Message)
+		g.Expect(c.Message).To(And(ContainSubstring("commits on the primary m1 wait"), ContainSubstring("m2 unreachable")))
+		g.Expect(db.Status.Topology.Phase).To(Equal(fleetv1alpha1.TopologyDegraded))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.proxies["m2"].Restore()).To(Succeed())
+	restored = true
+	e.expectStable(g, ns, "tally", "m1", "m1", "m2")
+
+	// Asynchronous: no synchronous standbys on any member, and a cut-off
+	// standby leaves the topology Stable (nothing waits for it).
+	g.Eventually(func() error {
+		db := e.getDB(ns, "tally")
+		db.Spec.Topology.Durability = fleetv1alpha1.DurabilityAsynchronous
+		return e.hub.Update(e.ctx, db)
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		for _, m := range []string{"m1", "m2"} {
+			u := member.NewCNPGCluster()
+			g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "tally"}, u)).To(Succeed())
+			_, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "postgresql")
+			g.Expect(found).To(BeFalse(), "%s: the hub's apply removed spec.postgresql", m)
+		}
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	e.proxies["m2"].Cut()
+	restored = false
+	g.Consistently(func(g Gomega) {
+		c := condition(e.getDB(ns, "tally").Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
+		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonTopologyStable), c.Message)
+	}).WithTimeout(5 * time.Second).WithPolling(poll).Should(Succeed())
+	g.Expect(e.proxies["m2"].Restore()).To(Succeed())
+	restored = true
+	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "tally"))).To(Succeed())
+}
+
+// synchronousStandbys is spec.postgresql.synchronous.standbyNamesPre of a
+// member's Cluster (nil when its commits wait for no one).
+func (e *env) synchronousStandbys(g Gomega, m, ns, name string) []any {
+	u := member.NewCNPGCluster()
+	g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, u)).To(Succeed())
+	names, _, _ := unstructured.NestedSlice(u.Object, "spec", "postgresql", "synchronous", "standbyNamesPre")
+	return names
 }
 
 func testForcedFailoverReachable(t *testing.T, e *env, sim *cnpgSim) {

@@ -167,8 +167,14 @@ func checkWiredCluster(g Gomega, e *env, ns, m string, replica map[string]any, b
 		g.Expect(c["connectionParameters"]).To(Equal(map[string]any{
 			"host": "ledger-rw." + ns + "." + peer + ".fleet.test", "port": "5432",
 			"user": "streaming_replica", "dbname": "postgres", "sslmode": "verify-full",
-		}))
+			"application_name": "fleetdb:" + m,
+		}), "a standby in %s connects as fleetdb:%s, the name the primary's synchronous_standby_names lists", m, m)
 	}
+	other := map[string]string{"m1": "m2", "m2": "m1"}[m]
+	g.Expect(spec["postgresql"]).To(Equal(map[string]any{"synchronous": map[string]any{
+		"method": "any", "number": int64(1), "maxStandbyNamesFromCluster": int64(0),
+		"standbyNamesPre": []any{"fleetdb:" + other}, "dataDurability": "required",
+	}}), "durability Synchronous (the default): %s's commits wait for %s's standby", m, other)
 }
 
 // checkTopologySecrets checks the member certificate Secrets against the

@@ -378,6 +378,16 @@ func (p *psFleet) rowsOnStandby(ctx context.Context, t *testing.T, primary, stan
 	if !strings.Contains(out, "streaming_replica streaming ssl=true TLSv1.3 /CN=streaming_replica") {
 		t.Errorf("%s: the standby's connection is not TLS with the hub's client certificate: %q", primary, out)
 	}
+	// Durability Synchronous (the default): the primary's commits wait for
+	// the other member's standby, which it knows by the application_name
+	// the hub gave it; the row above was committed only once it had it.
+	out = p.sqlEventually(ctx, t, primary, "select current_setting('synchronous_standby_names') || ' / ' || "+
+		"coalesce((select string_agg(application_name || ' ' || sync_state, ',') from pg_stat_replication), '')", time.Minute,
+		func(s string) bool { return strings.Contains(s, member.StandbyApplicationName(standby)+" quorum") })
+	t.Logf("%s synchronous_standby_names / pg_stat_replication: %s", primary, out)
+	if want := `ANY 1 ("` + member.StandbyApplicationName(standby) + `")`; !strings.HasPrefix(out, want+" / ") {
+		t.Errorf("%s: synchronous_standby_names is not %s: %q", primary, want, out)
+	}
 	t.Logf("step 1 took %s", time.Since(start).Round(time.Second))
 }
 
@@ -650,6 +660,10 @@ func (p *psFleet) failover(ctx context.Context, t *testing.T, lost, next string)
 	out := p.sqlEventually(ctx, t, next, "insert into t values ('"+w+"'); select pg_is_in_recovery()::text || ' ' || count(*) from t where x in ('"+mark+"', '"+w+"')",
 		2*time.Minute, func(s string) bool { return strings.HasSuffix(s, "false 2") })
 	t.Logf("%s (new primary) takes writes: %s", next, out)
+	// Its commits no longer wait for the fenced old primary.
+	if out, err := p.sql(ctx, next, "select current_setting('synchronous_standby_names')"); err != nil || out != "" {
+		t.Errorf("%s, the new primary with the only other member fenced, still waits for a synchronous standby: %q %v", next, out, err)
+	}
 
 	// Back: its control plane and its node together (CloudNativePG's
 	// webhook runs on the node: the member takes no write to a Cluster
@@ -670,8 +684,32 @@ func (p *psFleet) failover(ctx context.Context, t *testing.T, lost, next string)
 	p.mu.Unlock()
 	back := time.Now()
 	t.Logf("%s back: control plane started, node thawed", lost)
-	var writable []string
-	for deadline := time.Now().Add(5 * time.Minute); ; {
+	// Until CloudNativePG there demotes it, the old primary's PostgreSQL
+	// runs on as it was: it answers pg_is_in_recovery() = false and takes
+	// statements. With durability Synchronous it acknowledges no commit:
+	// each one waits for a standby in another member, and none follows it
+	// any more. A writer tries a new row every second until the demotion;
+	// every attempt must end without an acknowledgement.
+	type attempt struct {
+		at  time.Duration
+		out string
+		err error
+	}
+	var (
+		attemptsMu sync.Mutex
+		attempts   []attempt
+		writers    sync.WaitGroup
+		writable   []string
+	)
+	for i, deadline := 0, time.Now().Add(5*time.Minute); ; i++ {
+		writers.Add(1)
+		go func(at time.Duration) {
+			defer writers.Done()
+			out, err := p.sql(ctx, lost, fmt.Sprintf("insert into t values ('split-brain-%d')", i))
+			attemptsMu.Lock()
+			attempts = append(attempts, attempt{at: at, out: out, err: err})
+			attemptsMu.Unlock()
+		}(time.Since(back).Round(time.Second))
 		out, err := p.sql(ctx, lost, "select pg_is_in_recovery()")
 		if err == nil && out == "t" {
 			break
@@ -686,6 +724,18 @@ func (p *psFleet) failover(ctx context.Context, t *testing.T, lost, next string)
 	}
 	t.Logf("%s in recovery %s after it was back; samples that found it still a primary before its demotion, at: %v",
 		lost, time.Since(back).Round(time.Second), writable)
+	writers.Wait()
+	for _, a := range attempts {
+		if a.err == nil {
+			t.Errorf("the old primary %s acknowledged a write %s after it was back: %q", lost, a.at, a.out)
+			continue
+		}
+		msg := a.err.Error()
+		if len(msg) > 300 {
+			msg = msg[:300] + "..."
+		}
+		t.Logf("write on %s at %s not acknowledged: %s", lost, a.at, msg)
+	}
 	u := member.NewCNPGCluster()
 	if err := p.f.Member(lost).Client.Get(ctx, p.key, u); err != nil {
 		t.Fatal(err)
@@ -699,7 +749,7 @@ func (p *psFleet) failover(ctx context.Context, t *testing.T, lost, next string)
 	} else {
 		t.Logf("%s refuses writes: %v", lost, err)
 	}
-	if out, err := p.sql(ctx, next, "select count(*) from t where x = 'split-brain'"); err != nil || out != "0" {
+	if out, err := p.sql(ctx, next, "select count(*) from t where x like 'split-brain%'"); err != nil || out != "0" {
 		t.Errorf("%s: %q %v", next, out, err)
 	}
 	db := &fleetv1alpha1.Database{}

@@ -19,12 +19,23 @@ func TestTopologyFor(t *testing.T) {
 	db := pkiDatabase()
 	db.Spec.Topology = &fleetv1alpha1.TopologySpec{Mode: fleetv1alpha1.TopologyPrimaryStandby, PrimaryCluster: "eu-1"}
 	peers := []member.Peer{{Name: "eu-1", Host: "a", Port: 5432}, {Name: "us-1", Host: "b", Port: 5432}}
-	top := topologyFor(db, "us-1", peers, member.TopologyCertificates{})
+	placed := []string{"eu-1", "us-1", "ap-1"}
+	top := topologyFor(db, "us-1", placed, peers, member.TopologyCertificates{})
 	g.Expect(top.Self).To(Equal("us-1"))
 	g.Expect(top.Primary).To(Equal("eu-1"))
 	g.Expect(top.PromotionToken).To(BeEmpty())
 	g.Expect(top.Peers).To(Equal(peers))
+	g.Expect(top.SynchronousStandbys).To(Equal([]string{"ap-1", "eu-1"}), "durability unset is Synchronous: every other member")
 
 	db.Status.Topology = &fleetv1alpha1.TopologyStatus{Mode: fleetv1alpha1.TopologyPrimaryStandby, PrimaryCluster: "us-1"}
-	g.Expect(topologyFor(db, "eu-1", peers, member.TopologyCertificates{}).Primary).To(Equal("us-1"), "the primary the hub last promoted")
+	g.Expect(topologyFor(db, "eu-1", placed, peers, member.TopologyCertificates{}).Primary).To(Equal("us-1"), "the primary the hub last promoted")
+
+	// A forced failover fenced eu-1: the others no longer wait for it.
+	db.Status.Topology.Fenced = []string{"eu-1"}
+	g.Expect(topologyFor(db, "us-1", placed, peers, member.TopologyCertificates{}).SynchronousStandbys).To(Equal([]string{"ap-1"}))
+	db.Status.Topology.Fenced = []string{"ap-1", "eu-1"}
+	g.Expect(topologyFor(db, "us-1", placed, peers, member.TopologyCertificates{}).SynchronousStandbys).To(BeEmpty(), "nothing left to wait for")
+	db.Spec.Topology.Durability = fleetv1alpha1.DurabilityAsynchronous
+	db.Status.Topology.Fenced = nil
+	g.Expect(topologyFor(db, "us-1", placed, peers, member.TopologyCertificates{}).SynchronousStandbys).To(BeEmpty(), "Asynchronous")
 }

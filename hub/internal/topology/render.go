@@ -2,6 +2,7 @@ package topology
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -90,8 +91,33 @@ func DecideRole(db *fleetv1alpha1.Database, m string) (RenderedRole, bool) {
 	return RenderedRole{Primary: st.PrimaryCluster}, true
 }
 
+// SynchronousStandbys are the members whose standbys a commit on member
+// self's primary waits for (any one of them): with durability Synchronous,
+// every other placed member except those fenced by a forced failover (a
+// fenced old primary follows no one until it is rebuilt, and waiting for it
+// would stop the new primary's commits); none with Asynchronous. A function
+// of the stored status, like DecideRole: the same after a hub restart.
+func SynchronousStandbys(db *fleetv1alpha1.Database, self string, placed []string) []string {
+	if db.TopologyMode() != fleetv1alpha1.TopologyPrimaryStandby || db.TopologyDurability() != fleetv1alpha1.DurabilitySynchronous {
+		return nil
+	}
+	var fenced []string
+	if db.Status.Topology != nil {
+		fenced = db.Status.Topology.Fenced
+	}
+	var out []string
+	for _, m := range placed {
+		if m != self && !slices.Contains(fenced, m) && !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // RoleKey fingerprints decideRole for the plan: a member whose decision
-// changed is woken.
+// changed is woken (so is one whose synchronous standbys changed: the
+// durability, or the members fenced).
 func RoleKey(db *fleetv1alpha1.Database, m string) string {
 	r, ok := DecideRole(db, m)
 	if !ok {
@@ -100,7 +126,7 @@ func RoleKey(db *fleetv1alpha1.Database, m string) string {
 		}
 		return ""
 	}
-	key := r.Primary + "/" + r.PromotionToken
+	key := r.Primary + "/" + r.PromotionToken + "/" + string(db.TopologyDurability()) + ":" + strings.Join(db.Status.Topology.Fenced, ",")
 	// The old primary and the target are woken when a switchover starts, so
 	// that CheckTarget decides on what they report after it started.
 	if sw := db.Status.Topology.Switchover; sw != nil && sw.Step == fleetv1alpha1.StepCheckTarget && (m == sw.From || m == sw.To) {

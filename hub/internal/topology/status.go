@@ -56,8 +56,38 @@ func (t *Pass) summarise() {
 			set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonStandbyNotFollowing, "waiting for "+strings.Join(behind, ", ")+" to follow "+p)
 			return
 		}
+		if msg := t.commitsWaiting(); msg != "" {
+			set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonCommitsWaiting, msg)
+			return
+		}
 		set(fleetv1alpha1.TopologyStable, fleetv1alpha1.ReasonTopologyStable, p+" is the primary; every reachable standby follows it")
 	}
+}
+
+// commitsWaiting says why the primary's commits wait, "" when they need
+// not: with durability Synchronous a commit waits for one of the other
+// members' standbys (SynchronousStandbys), and none of them is reachable,
+// healthy and following the primary.
+func (t *Pass) commitsWaiting() string {
+	p := t.Status.PrimaryCluster
+	sync := SynchronousStandbys(t.in.DB, p, slices.Sorted(maps.Keys(t.in.Targets)))
+	if len(sync) == 0 {
+		return ""
+	}
+	var why []string
+	for _, m := range sync {
+		v := t.in.Views[m]
+		switch {
+		case v.Unreachable:
+			why = append(why, m+" unreachable")
+		case v.Replication == nil || v.Replication.Primary != p || !v.Replication.Healthy:
+			why = append(why, m+" not a healthy standby of "+p)
+		default:
+			return ""
+		}
+	}
+	return "commits on the primary " + p + " wait for a standby in another member (durability Synchronous), and none can take them (" +
+		strings.Join(why, ", ") + "): they finish when one streams again; spec.topology.durability Asynchronous would stop the waiting at the cost of losing them in a failover (docs/topology.md, \"Durability\")"
 }
 
 // fencedMessage names each fenced member, why it is still fenced and, for
