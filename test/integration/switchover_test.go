@@ -168,11 +168,27 @@ func testSwitchoverTargetUnhealthy(t *testing.T, e *env, sim *cnpgSim) {
 	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "ledger", "m1", members...))).To(Succeed())
 	e.expectStable(g, ns, "ledger", "m1", members...)
 
+	// The target's own Cluster goes from healthy to unhealthy before the
+	// switchover starts: the simulator's writes are sequential, so every
+	// report the hub reads after that is unhealthy. (Waiting only for the
+	// hub's cluster entry to be not Ready was not enough: right after
+	// creation the standby may not be Ready yet, and a healthy status the
+	// simulator decided on before the flag was set, read after the
+	// switchover started, rightly passed CheckTarget: the flake this test
+	// had under load.)
+	clusterPhase := func(g Gomega) string {
+		u := member.NewCNPGCluster()
+		g.Expect(e.member("m2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "ledger"}, u)).To(Succeed())
+		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+		return phase
+	}
+	g.Eventually(clusterPhase).WithTimeout(eventually).WithPolling(poll).Should(Equal("Cluster in healthy state"))
 	sim.setUnhealthy("m2", true)
 	defer sim.setUnhealthy("m2", false)
-	g.Eventually(func() fleetv1alpha1.ClusterPhase {
-		return clusterEntry(e.getDB(ns, "ledger"), "m2").Phase
-	}).WithTimeout(eventually).WithPolling(poll).ShouldNot(Equal(fleetv1alpha1.ClusterPhaseReady))
+	g.Eventually(func(g Gomega) {
+		g.Expect(clusterPhase(g)).NotTo(Equal("Cluster in healthy state"))
+		g.Expect(clusterEntry(e.getDB(ns, "ledger"), "m2").Phase).NotTo(Equal(fleetv1alpha1.ClusterPhaseReady))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	e.setPrimary(g, ns, "ledger", "m2")
 	g.Eventually(func(g Gomega) {
 		db := e.getDB(ns, "ledger")
