@@ -76,11 +76,8 @@ func testPlacementDropsSource(t *testing.T, e *env, sim *cnpgSim) {
 	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
 	e.expectStable(g, ns, "orders", "m1", members...)
 
-	sim.setUnhealthy("m2", true)
 	defer sim.setUnhealthy("m2", false)
-	g.Eventually(func() fleetv1alpha1.ClusterPhase {
-		return clusterEntry(e.getDB(ns, "orders"), "m2").Phase
-	}).WithTimeout(eventually).WithPolling(poll).ShouldNot(Equal(fleetv1alpha1.ClusterPhaseReady))
+	e.makeUnhealthy(g, sim, "m2", ns, "orders")
 	g.Eventually(func() error {
 		db := e.getDB(ns, "orders")
 		db.Spec.Topology.PrimaryCluster = "m2"

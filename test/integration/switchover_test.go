@@ -168,27 +168,8 @@ func testSwitchoverTargetUnhealthy(t *testing.T, e *env, sim *cnpgSim) {
 	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "ledger", "m1", members...))).To(Succeed())
 	e.expectStable(g, ns, "ledger", "m1", members...)
 
-	// The target's own Cluster goes from healthy to unhealthy before the
-	// switchover starts: the simulator's writes are sequential, so every
-	// report the hub reads after that is unhealthy. (Waiting only for the
-	// hub's cluster entry to be not Ready was not enough: right after
-	// creation the standby may not be Ready yet, and a healthy status the
-	// simulator decided on before the flag was set, read after the
-	// switchover started, rightly passed CheckTarget: the flake this test
-	// had under load.)
-	clusterPhase := func(g Gomega) string {
-		u := member.NewCNPGCluster()
-		g.Expect(e.member("m2").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "ledger"}, u)).To(Succeed())
-		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
-		return phase
-	}
-	g.Eventually(clusterPhase).WithTimeout(eventually).WithPolling(poll).Should(Equal("Cluster in healthy state"))
-	sim.setUnhealthy("m2", true)
 	defer sim.setUnhealthy("m2", false)
-	g.Eventually(func(g Gomega) {
-		g.Expect(clusterPhase(g)).NotTo(Equal("Cluster in healthy state"))
-		g.Expect(clusterEntry(e.getDB(ns, "ledger"), "m2").Phase).NotTo(Equal(fleetv1alpha1.ClusterPhaseReady))
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	e.makeUnhealthy(g, sim, "m2", ns, "ledger")
 	e.setPrimary(g, ns, "ledger", "m2")
 	g.Eventually(func(g Gomega) {
 		db := e.getDB(ns, "ledger")
@@ -392,6 +373,30 @@ func testDurability(t *testing.T, e *env) {
 	g.Expect(e.proxies["m2"].Restore()).To(Succeed())
 	restored = true
 	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "tally"))).To(Succeed())
+}
+
+// makeUnhealthy makes m's Cluster unhealthy in the simulator and waits
+// until it went from healthy to unhealthy and the hub's entry for m is not
+// Ready: the simulator's writes are sequential, so every report the hub
+// reads after that is unhealthy. (Waiting only for the hub's entry to be
+// not Ready was not enough: right after creation a standby may not be Ready
+// yet, and a healthy status the simulator decided on before the flag was
+// set, read after a switchover started, rightly passed CheckTarget: the
+// flake testSwitchoverTargetUnhealthy had under load.)
+func (e *env) makeUnhealthy(g Gomega, sim *cnpgSim, m, ns, name string) {
+	const healthy = "Cluster in healthy state"
+	phase := func(g Gomega) string {
+		u := member.NewCNPGCluster()
+		g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, u)).To(Succeed())
+		p, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+		return p
+	}
+	g.Eventually(phase).WithTimeout(eventually).WithPolling(poll).Should(Equal(healthy))
+	sim.setUnhealthy(m, true)
+	g.Eventually(func(g Gomega) {
+		g.Expect(phase(g)).NotTo(Equal(healthy))
+		g.Expect(clusterEntry(e.getDB(ns, name), m).Phase).NotTo(Equal(fleetv1alpha1.ClusterPhaseReady))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
 
 // synchronousStandbys is spec.postgresql.synchronous.standbyNamesPre of a
