@@ -249,10 +249,22 @@ func TestSwitchoverTargetUnhealthy(t *testing.T) {
 	g.Expect(m.spec["a"].Primary).To(Equal("a"), "nothing was changed")
 	g.Expect(m.spec["b"].Primary).To(Equal("a"))
 
-	// Abort: a stays primary, Stable again.
+	// Abort: a stays primary. b, its only standby, is still unhealthy: a's
+	// commits wait for it (durability Synchronous), and the condition says
+	// so; Stable again once b is healthy.
 	db.Spec.Topology.PrimaryCluster = "a"
 	pass = drive(db, m, &now, 3)
 	g.Expect(db.Status.Topology.LastSwitchover.Outcome).To(Equal(topology.SwitchoverAborted))
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonCommitsWaiting), pass.Msg)
+	g.Expect(pass.Msg).To(ContainSubstring("b not a healthy standby of a"))
+	m.unhealthy["b"] = false
+	pass = drive(db, m, &now, 3)
+	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), pass.Msg)
+
+	// Asynchronous: nothing waits for the unhealthy b.
+	db.Spec.Topology.Durability = fleetv1alpha1.DurabilityAsynchronous
+	m.unhealthy["b"] = true
+	pass = drive(db, m, &now, 3)
 	g.Expect(pass.CondReason).To(Equal(fleetv1alpha1.ReasonTopologyStable), pass.Msg)
 }
 
