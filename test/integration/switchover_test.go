@@ -366,10 +366,17 @@ func testDurability(t *testing.T, e *env) {
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	e.proxies["m2"].Cut()
 	restored = false
-	g.Consistently(func(g Gomega) {
-		c := condition(e.getDB(ns, "tally").Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
+	// Until the registry calls m2 unreachable its failed reads say it does
+	// not follow (StandbyNotFollowing, as for any cut standby); from then
+	// on nothing waits for it.
+	stableWithM2Unreachable := func(g Gomega) {
+		db := e.getDB(ns, "tally")
+		g.Expect(clusterEntry(db, "m2").Phase).To(Equal(fleetv1alpha1.ClusterPhaseUnreachable))
+		c := condition(db.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
 		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonTopologyStable), c.Message)
-	}).WithTimeout(5 * time.Second).WithPolling(poll).Should(Succeed())
+	}
+	g.Eventually(stableWithM2Unreachable).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Consistently(stableWithM2Unreachable).WithTimeout(3 * time.Second).WithPolling(poll).Should(Succeed())
 	g.Expect(e.proxies["m2"].Restore()).To(Succeed())
 	restored = true
 	g.Expect(e.hub.Delete(e.ctx, e.getDB(ns, "tally"))).To(Succeed())
