@@ -67,7 +67,7 @@ func (r *databaseReconciler) reconcileTopologyWiring(ctx context.Context, s *dat
 	}
 	s.topology = map[string]*member.Topology{}
 	for _, name := range s.placement.Targets {
-		s.topology[name] = topologyFor(s.db, name, s.placement.Targets, peers, certs.Certs[name])
+		s.topology[name] = topologyFor(s.db, name, peers, certs.Certs[name])
 	}
 	return ctrl.Result{RequeueAfter: untilRenewal(certs.Renew, r.now())}, nil
 }
@@ -83,7 +83,7 @@ func untilRenewal(renew, now time.Time) time.Duration {
 // promoted (status.topology.primaryCluster) or, before there is one,
 // spec.topology.primaryCluster, with no promotion token. The hub's
 // switchover phase replaces Primary and PromotionToken while it runs.
-func topologyFor(db *fleetv1alpha1.Database, self string, placed []string, peers []member.Peer, certs member.TopologyCertificates) *member.Topology {
+func topologyFor(db *fleetv1alpha1.Database, self string, peers []member.Peer, certs member.TopologyCertificates) *member.Topology {
 	primary := db.Spec.Topology.PrimaryCluster
 	if st := db.Status.Topology; st != nil && st.PrimaryCluster != "" {
 		primary = st.PrimaryCluster
@@ -93,6 +93,10 @@ func topologyFor(db *fleetv1alpha1.Database, self string, placed []string, peers
 	role, decided := topology.DecideRole(db, self)
 	if decided {
 		primary = role.Primary
+	}
+	placed := make([]string, 0, len(peers))
+	for _, p := range peers {
+		placed = append(placed, p.Name)
 	}
 	return &member.Topology{
 		Self:           self,

@@ -105,14 +105,9 @@ func SynchronousStandbys(db *fleetv1alpha1.Database, self string, placed []strin
 	if db.Status.Topology != nil {
 		fenced = db.Status.Topology.Fenced
 	}
-	var out []string
-	for _, m := range placed {
-		if m != self && !slices.Contains(fenced, m) && !slices.Contains(out, m) {
-			out = append(out, m)
-		}
-	}
+	out := slices.DeleteFunc(slices.Clone(placed), func(m string) bool { return m == self || slices.Contains(fenced, m) })
 	slices.Sort(out)
-	return out
+	return slices.Compact(out)
 }
 
 // RoleKey fingerprints decideRole for the plan: a member whose decision
