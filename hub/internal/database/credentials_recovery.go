@@ -46,6 +46,10 @@ type recovered struct {
 	readable int
 	// ranUnreadable is set when a member the Database ran on (its status) could not be read.
 	ranUnreadable bool
+	// absent are the members whose API server answered NotFound for the
+	// Secret, read at or after absentSince.
+	absent      []string
+	absentSince time.Time
 }
 
 // mustWait says whether a missing password may not be generated yet: no
@@ -85,15 +89,19 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 	names := sortedKeys(registered)
 	// The members are read at once (a read may go to a member's API server,
 	// see memberCredentials); the results are weighed in name order.
-	secrets, oks := make([]*corev1.Secret, len(names)), make([]bool, len(names))
+	secrets, oks, absent := make([]*corev1.Secret, len(names)), make([]bool, len(names)), make([]bool, len(names))
+	res.absentSince = time.Now()
 	var wg sync.WaitGroup
 	for i, name := range names {
-		wg.Go(func() { secrets[i], oks[i] = r.memberCredentials(ctx, db, name, maybe[name]) })
+		wg.Go(func() { secrets[i], oks[i], absent[i] = r.memberCredentials(ctx, db, name, maybe[name]) })
 	}
 	wg.Wait()
 	bestOwn := false
 	for i, name := range names {
 		s, ok := secrets[i], oks[i]
+		if absent[i] {
+			res.absent = append(res.absent, name)
+		}
 		switch {
 		case !ok:
 			if maybe[name] {
@@ -121,11 +129,12 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 // refuses the read (the hub's Secret role not bound in the namespace yet:
 // a namespace adopted by its admins, or Secrets written before the role was
 // bound per namespace) is given the access first (member.SecretAccess; a
-// missing namespace holds nothing and is not created here).
-func (r *databaseReconciler) memberCredentials(ctx context.Context, db *fleetv1alpha1.Database, name string, placed bool) (*corev1.Secret, bool) {
+// missing namespace holds nothing and is not created here). absent is set
+// when the member's API server answered that the Secret is not there.
+func (r *databaseReconciler) memberCredentials(ctx context.Context, db *fleetv1alpha1.Database, name string, placed bool) (_ *corev1.Secret, ok, absent bool) {
 	cl, ok := r.readableMember(ctx, name)
 	if !ok {
-		return nil, false
+		return nil, false, false
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.opts.MemberCallTimeout)
 	defer cancel()
@@ -138,30 +147,32 @@ func (r *databaseReconciler) memberCredentials(ctx context.Context, db *fleetv1a
 		case apierrors.IsForbidden(aerr):
 			// The member's policy refuses the hub in this namespace (not
 			// labelled for fleetdb): fleetdb cannot have written a Secret there.
-			return nil, true
+			return nil, true, false
 		case aerr != nil:
-			return nil, false
+			return nil, false, false
 		case !present:
-			return nil, true
+			return nil, true, false
 		}
 		err = cl.GetClient().Get(cctx, key, &s)
 	}
 	if err != nil {
-		return nil, apierrors.IsNotFound(err)
+		notFound := apierrors.IsNotFound(err)
+		return nil, notFound, notFound
 	}
 	l := s.Labels
 	if placed && l[fleetv1alpha1.LabelManagedBy] == "" {
 		// A Secret kept by a Retain teardown lost fleetdb's labels.
-		return retainedMemberCredentials(&s)
+		kept, ok := retainedMemberCredentials(&s)
+		return kept, ok, false
 	}
 	if l[fleetv1alpha1.LabelDatabaseNamespace] != db.Namespace || l[fleetv1alpha1.LabelDatabaseName] != db.Name ||
 		len(s.Data["username"]) == 0 || len(s.Data["password"]) == 0 {
-		return nil, true
+		return nil, true, false
 	}
 	if hub := l[fleetv1alpha1.LabelHubID]; hub != "" && hub != r.opts.HubID {
-		return nil, true // another hub's Database of the same name
+		return nil, true, false // another hub's Database of the same name
 	}
-	return &s, true
+	return &s, true, false
 }
 
 // retainedMemberCredentials is the Secret a Retain teardown of an earlier
@@ -179,18 +190,21 @@ func retainedMemberCredentials(s *corev1.Secret) (*corev1.Secret, bool) {
 
 // credentialsFromMembers is hubsecret.EnsureCredentials' recovery step: the copy a
 // member holds (with an Event), errWaitingForCredentials while a member that
-// may hold one cannot be read, or nil when no member holds any.
-func (r *databaseReconciler) credentialsFromMembers(ctx context.Context, db *fleetv1alpha1.Database) (map[string][]byte, error) {
+// may hold one cannot be read, or nil when no member holds any. absent are
+// the members found without the Secret (for the member syncs: absentSecrets).
+func (r *databaseReconciler) credentialsFromMembers(ctx context.Context, db *fleetv1alpha1.Database) (_ map[string][]byte, absent *absentSecrets, _ error) {
 	res, err := r.recoverCredentials(ctx, db)
+	if err != nil {
+		return nil, nil, err
+	}
+	absent = newAbsentSecrets(res.absentSince, res.absent)
 	switch {
-	case err != nil:
-		return nil, err
 	case res.data != nil:
 		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "CredentialsRecovered", "Credentials",
 			"the hub credentials Secret was missing; restored it from member %s", res.from)
-		return res.data, nil
+		return res.data, absent, nil
 	case res.mustWait():
-		return nil, errWaitingForCredentials{name: db.Namespace + "/" + member.CredentialsSecretName(db.Name), members: res.unreadable}
+		return nil, nil, errWaitingForCredentials{name: db.Namespace + "/" + member.CredentialsSecretName(db.Name), members: res.unreadable}
 	}
-	return nil, nil
+	return nil, absent, nil
 }

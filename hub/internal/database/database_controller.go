@@ -72,6 +72,9 @@ type databaseScope struct {
 
 	// credentials are the Database's, from its hub Secret.
 	credentials map[string][]byte
+	// absentSecrets are the members where looking for the credentials found
+	// no member Secret (nil: not looked for in this reconcile).
+	absentSecrets *absentSecrets
 	// results are the member syncs' last observations.
 	results map[string]*memberResult
 	// placement is the resolved placement; targets are its members.

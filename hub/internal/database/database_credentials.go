@@ -29,7 +29,7 @@ func (r *databaseReconciler) reconcileCredentials(ctx context.Context, s *databa
 			return ctrl.Result{}, err
 		}
 	}
-	creds, err := r.finalizerAndCredentials(ctx, s.db)
+	creds, absent, err := r.finalizerAndCredentials(ctx, s.db)
 	var foreign hubsecret.ForeignCredentialsError
 	var lost hubsecret.LostCredentialsError
 	var waiting errWaitingForCredentials
@@ -46,18 +46,26 @@ func (r *databaseReconciler) reconcileCredentials(ctx context.Context, s *databa
 	case err != nil:
 		return ctrl.Result{}, err
 	}
-	s.credentials = creds
+	s.credentials, s.absentSecrets = creds, absent
 	return ctrl.Result{}, nil
 }
 
 // finalizerAndCredentials adds the teardown finalizer if it is missing and
-// ensures the hub credentials Secret, both at once; it returns the credentials.
-func (r *databaseReconciler) finalizerAndCredentials(ctx context.Context, db *fleetv1alpha1.Database) (map[string][]byte, error) {
+// ensures the hub credentials Secret, both at once; it returns the
+// credentials and, when they were looked for in the members, the members
+// found without the Secret.
+func (r *databaseReconciler) finalizerAndCredentials(ctx context.Context, db *fleetv1alpha1.Database) (map[string][]byte, *absentSecrets, error) {
+	var absent *absentSecrets
 	ensure := func(db *fleetv1alpha1.Database) (map[string][]byte, error) {
-		return hubsecret.EnsureCredentials(ctx, r.hub, r.live, db, func() (map[string][]byte, error) { return r.credentialsFromMembers(ctx, db) })
+		return hubsecret.EnsureCredentials(ctx, r.hub, r.live, db, func() (map[string][]byte, error) {
+			data, a, err := r.credentialsFromMembers(ctx, db)
+			absent = a
+			return data, err
+		})
 	}
 	if controllerutil.ContainsFinalizer(db, fleetv1alpha1.TeardownFinalizer) {
-		return ensure(db)
+		creds, err := ensure(db)
+		return creds, absent, err
 	}
 	var (
 		creds   map[string][]byte
@@ -69,9 +77,9 @@ func (r *databaseReconciler) finalizerAndCredentials(ctx context.Context, db *fl
 	finErr := r.addFinalizer(ctx, db)
 	wg.Wait()
 	if finErr != nil {
-		return nil, fmt.Errorf("adding finalizer: %w", finErr)
+		return nil, nil, fmt.Errorf("adding finalizer: %w", finErr)
 	}
-	return creds, credErr
+	return creds, absent, credErr
 }
 
 // addFinalizer adds the teardown finalizer with an optimistic-lock patch (the

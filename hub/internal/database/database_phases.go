@@ -83,16 +83,17 @@ func (r *databaseReconciler) reconcileRollout(ctx context.Context, s *databaseSc
 	}
 	s.allowed = planRollout(s.db, s.placement.Targets, s.results, prevAllowed, r.reachable)
 	r.fanOut(ctx, s.key, &plan{
-		uid:         s.db.UID,
-		generation:  s.db.Generation,
-		policy:      s.db.TeardownPolicy(), // spec.teardown.onPlacementRemoval
-		allowed:     s.allowed,
-		targets:     s.targets,
-		teardown:    s.teardown,
-		credentials: s.credentials,
-		finalBackup: newFinalBackupPlan(s.db, s.db.TeardownPolicy(), s.teardown),
-		topology:    s.topology,
-		roles:       topologyRoles(s.db, s.placement.Targets),
+		uid:           s.db.UID,
+		generation:    s.db.Generation,
+		policy:        s.db.TeardownPolicy(), // spec.teardown.onPlacementRemoval
+		allowed:       s.allowed,
+		targets:       s.targets,
+		teardown:      s.teardown,
+		credentials:   s.credentials,
+		absentSecrets: s.absentSecrets,
+		finalBackup:   newFinalBackupPlan(s.db, s.db.TeardownPolicy(), s.teardown),
+		topology:      s.topology,
+		roles:         topologyRoles(s.db, s.placement.Targets),
 	})
 	return ctrl.Result{}, nil
 }

@@ -223,6 +223,56 @@ func (c cachedClusterReads) Get(ctx context.Context, key client.ObjectKey, obj c
 	return c.Client.Get(ctx, key, obj, opts...)
 }
 
+// knownSecret is the member credentials Secret as prepareRotation read it
+// from the member's API server this sync (nil: NotFound). The apply's
+// ownership check is answered with it (knownSecretClient, knownSecretReader)
+// instead of reading the Secret twice more, one read after the other (the
+// member cache holds no Secrets, so its "cached" read went to the API server
+// too, and its NotFound then to the live read): a sync reads the Secret once.
+type knownSecret struct {
+	key    client.ObjectKey
+	secret *corev1.Secret
+}
+
+// get answers a Get of the known Secret; ok is false for any other object.
+func (k knownSecret) get(key client.ObjectKey, obj client.Object) (ok bool, err error) {
+	s, isSecret := obj.(*corev1.Secret)
+	if !isSecret || key != k.key {
+		return false, nil
+	}
+	if k.secret == nil {
+		return true, apierrors.NewNotFound(corev1.Resource("secrets"), key.Name)
+	}
+	k.secret.DeepCopyInto(s)
+	return true, nil
+}
+
+type knownSecretClient struct {
+	client.Client
+	known knownSecret
+}
+
+// Get answers the known Secret from the sync's read, anything else as the client does.
+func (c knownSecretClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if ok, err := c.known.get(key, obj); ok {
+		return err
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+type knownSecretReader struct {
+	client.Reader
+	known knownSecret
+}
+
+// Get answers the known Secret from the sync's read, anything else live.
+func (r knownSecretReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if ok, err := r.known.get(key, obj); ok {
+		return err
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
 // memberScope is what one member sync of a Database works on: the member's
 // clients, the Database and its plan, and what the steps found on the way
 // (the rotation and restore parts, the apply's result). The steps are the
@@ -297,7 +347,9 @@ func (r *memberSyncReconciler) memberApply(ctx context.Context, s *memberScope) 
 	if s.role != roleApply || s.db.Generation != s.p.generation || !topology.Decided(s.db) {
 		return true
 	}
-	res, err := r.apply(ctx, s.live, s.c, s.cluster, s.db, s.p, s.rot.creds, s.rest)
+	known := knownSecret{key: client.ObjectKey{Namespace: s.db.Namespace, Name: member.CredentialsSecretName(s.db.Name)}, secret: s.rot.secret}
+	res, err := r.apply(ctx, knownSecretReader{Reader: s.live, known: known}, knownSecretClient{Client: s.c, known: known},
+		s.cluster, s.db, s.p, s.rot.creds, s.rest)
 	if err != nil {
 		s.out = r.applyFailed(s.key, s.cluster, err)
 		s.out.applied = res

@@ -49,14 +49,15 @@ type memberRotation struct {
 	// cnpgWaiting: the member Secret has the pending password and
 	// CloudNativePG's Cluster does not report that Secret version yet.
 	cnpgWaiting bool
-	// secret is the member's credentials Secret as cached (nil: none).
+	// secret is the member's credentials Secret as the member's API server
+	// answered this sync (nil: none).
 	secret *corev1.Secret
 	// job is where the member's rotation Jobs of the token stand.
 	job memberjob.Status
 }
 
 // prepareRotation finds out whether the member already switched to the
-// pending password of the rotation under way: its Secret (cached) says so,
+// pending password of the rotation under way: its Secret (read live) says so,
 // or its latest rotation Job (read live) succeeded. A switched member
 // gets member.SwitchedCredentials. On the CloudNativePG backend there is no
 // Job: the member gets member.SwitchedCredentials at once, and CloudNativePG
@@ -70,12 +71,18 @@ func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Cli
 		token:   string(p.credentials[member.CredentialsRotationTokenKey]),
 		pending: p.credentials[member.CredentialsPendingPasswordKey],
 	}
-	var s corev1.Secret
-	switch err := c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: member.CredentialsSecretName(db.Name)}, &s); {
-	case err == nil:
-		mr.secret = &s
-	case !apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("reading the member credentials secret: %w", err)
+	// Read live (member caches hold no Secrets), or known to be absent: the
+	// credential recovery read it live a moment ago (plan.absentSecrets). The
+	// apply's ownership check takes this answer instead of reading it again
+	// (knownSecret).
+	if !p.absentSecrets.take(cluster, time.Now()) {
+		var s corev1.Secret
+		switch err := live.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: member.CredentialsSecretName(db.Name)}, &s); {
+		case err == nil:
+			mr.secret = &s
+		case !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("reading the member credentials secret: %w", err)
+		}
 	}
 	if len(mr.pending) == 0 {
 		// Before the apply writes the final Secret: a failed removal is
