@@ -69,6 +69,9 @@ type bench struct {
 	audit *auditCounter
 	creds map[string][]byte
 
+	// peer is the running peer (OCM work agents); nil: none.
+	peer *ocmPeer
+
 	watchCancel context.CancelFunc
 	proxy       *slowProxy
 	fleetLog    *os.File
@@ -90,6 +93,7 @@ func (b *bench) teardown() {
 
 // downFleet stops the watches, the hub and the proxy, and takes the fleet down.
 func (b *bench) downFleet() {
+	b.stopPeer()
 	if b.watchCancel != nil {
 		b.watchCancel()
 		b.watchCancel = nil
@@ -247,6 +251,11 @@ func (b *bench) fleetPhases(ctx context.Context, audit bool) error {
 	}
 	if err := b.startHubAndMembers(ctx); err != nil {
 		return err
+	}
+	if !audit && b.cfg.peer == peerName {
+		if err := b.startPeer(ctx); err != nil {
+			return err
+		}
 	}
 	if err := b.warmUp(ctx); err != nil {
 		return err
@@ -531,8 +540,19 @@ func floorName(name string, k floorKind) string {
 		return name + "-min"
 	case floorParallel:
 		return name + "-all"
+	case floorPeerOCM:
+		return name + "-ocm"
 	}
 	return name
+}
+
+// floorKinds are the floor kinds, and the peer when it runs, one at a time
+// beside fleetdb (rotated per sample).
+func (b *bench) floorKinds() []floorKind {
+	if b.peer == nil {
+		return floorKinds
+	}
+	return append(append([]floorKind{}, floorKinds...), floorPeerOCM)
 }
 
 // isWorkload reports whether u is the object that creates the workload.
@@ -561,6 +581,9 @@ func floorObjects(objs []*unstructured.Unstructured, k floorKind) []*unstructure
 // plain client per member (not throttled): in render order one after the
 // other (sequential), or all at once (minimal, parallel).
 func (b *bench) directApply(ctx context.Context, k floorKind, name string, placement []string, reps int32, gen int64) error {
+	if k == floorPeerOCM {
+		return b.peerApply(ctx, name, placement, reps, gen)
+	}
 	name = floorName(name, k)
 	var wg sync.WaitGroup
 	errs := make([]error, len(placement))
@@ -609,6 +632,9 @@ func eachParallel[T any](xs []T, f func(T) error) error {
 // the minimal floor its workload object only, the parallel floor every
 // object at once, the sequential floor one after the other.
 func (b *bench) directDelete(ctx context.Context, k floorKind, name string, placement []string) error {
+	if k == floorPeerOCM {
+		return b.peerDelete(ctx, name, placement)
+	}
 	name = floorName(name, k)
 	var wg sync.WaitGroup
 	errs := make([]error, len(placement))

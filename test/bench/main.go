@@ -46,6 +46,7 @@ type config struct {
 	prefix         string
 	hubArgs        string
 	skipIsolation  bool
+	peer           string
 }
 
 func main() {
@@ -66,6 +67,8 @@ func main() {
 	flag.StringVar(&cfg.prefix, "fleet-prefix", "fleetdb-bench", "FLEET_PREFIX of the bench fleet's kwok clusters")
 	flag.StringVar(&cfg.hubArgs, "hub-args", "", "extra flags for the hub, space-separated (e.g. \"--member-qps=200\")")
 	flag.BoolVar(&cfg.skipIsolation, "skip-isolation", false, "skip the slowed-member measurement")
+	flag.StringVar(&cfg.peer, "peer", peerName,
+		"the peer measured beside fleetdb one change at a time: "+peerName+" (Open Cluster Management's work agent, built by hack/ocm.sh) or none")
 	sc := scaleFlags()
 	flag.Parse()
 	if sc.on {
@@ -73,6 +76,10 @@ func main() {
 	}
 	if cfg.members < 1 || cfg.members > 20 {
 		fmt.Fprintln(os.Stderr, "bench: -members must be 1..20")
+		os.Exit(2)
+	}
+	if cfg.peer != peerName && cfg.peer != "none" {
+		fmt.Fprintln(os.Stderr, "bench: -peer must be "+peerName+" or none")
 		os.Exit(2)
 	}
 	if cfg.burstPlacement != "spread" && cfg.burstPlacement != "all" {

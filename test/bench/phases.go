@@ -19,6 +19,7 @@ import (
 type keyFigures struct {
 	prop, ready, lag *Latency
 	burstProp        *Latency
+	burstDelete      *Latency
 	burstReady       *Scalar
 	restWrites       *WritePhase
 	othersUnslowed   *Latency
@@ -34,6 +35,16 @@ func (b *bench) warmUp(ctx context.Context) error {
 	all := b.members
 	if err := b.directApply(ctx, floorSequential, "warm", all, replicas, 1); err != nil {
 		return err
+	}
+	if b.peer != nil {
+		// The peer's agents connect and fill their caches on the first work.
+		if err := b.directApply(ctx, floorPeerOCM, "warm", all, replicas, 1); err != nil {
+			return err
+		}
+		n := floorName("warm", floorPeerOCM)
+		if err := waitFor(ctx, oneTimeout, "peer warm-up Ready", func() bool { return b.readyAll(nsDirect, n, all, replicas) }); err != nil {
+			return err
+		}
 	}
 	db := b.newDatabase("warm", all, int32(len(all)))
 	if err := b.driver.Create(ctx, db); err != nil {
@@ -82,7 +93,7 @@ func (b *bench) latency(name string, f []time.Duration, fl floorRuns, note strin
 	if fl == nil {
 		return b.rep.latency(name, f, nil, note)
 	}
-	return b.rep.latency(name, f, fl[floorMinimal], note).floors(fl[floorParallel], fl[floorSequential])
+	return b.rep.latency(name, f, fl[floorMinimal], note).floors(fl[floorParallel], fl[floorSequential]).peer(peerTitle, fl[floorPeerOCM])
 }
 
 // each runs fleet and every floor kind in an order rotated by sample i, so
@@ -93,7 +104,7 @@ func (b *bench) each(i int, fleet func() error, floor func(k floorKind) error) e
 		return fleet()
 	}
 	steps := []func() error{fleet}
-	for _, k := range floorKinds {
+	for _, k := range b.floorKinds() {
 		steps = append(steps, func() error { return floor(k) })
 	}
 	for j := range steps {
@@ -597,7 +608,10 @@ func (b *bench) burstPhase(ctx context.Context) error {
 	if wp != nil {
 		wp.Derived = deletesPerObject(wp, pairs, claims)
 	}
-	b.latency(label+": delete → Cluster gone in member", fDel, fl(func(r *burstFloorResult) []time.Duration { return r.del }), "")
+	bd := b.latency(label+": delete → Cluster gone in member", fDel, fl(func(r *burstFloorResult) []time.Duration { return r.del }), "")
+	if !b.counting {
+		kf.burstDelete = bd
+	}
 	scalar(label+": delete → nothing left in any member", "ms", fGoneAt.Sub(start).Seconds()*1000, func(r *burstFloorResult) float64 { return r.delAll }, "listed every 500 ms")
 	scalar(label+": delete → every Database gone on the hub", "ms", hubGoneLast.Sub(start).Seconds()*1000, func(r *burstFloorResult) float64 { return r.delAll }, "floor: direct delete → nothing left")
 	return nil
@@ -830,6 +844,34 @@ func (b *bench) hubTotals() {
 	b.rep.scalar("hub CPU (utime+stime)", "s", p.CPUSeconds, nil, "latency fleet, whole run")
 }
 
+// issue28Checks judges issue 28's targets (ratios to the minimal floor, and
+// to the peer measured in the same run). The sharded hub's targets (writes
+// at rest, takeover) are measured by test/sharding and by -hub-args=--sharding.
+func (b *bench) issue28Checks() {
+	r := b.rep
+	if l := kf.prop; l != nil && l.Floor != nil {
+		r.check("issue 28: one change ≤ 1.5× floor at P50 and ≤ 2× at P99", fmt.Sprintf("P50 %.2f×, P99 %.2f× (%.0f / %.0f ms, floor %.0f / %.0f ms)",
+			l.RatioP50, l.RatioP99, l.Fleetdb.P50, l.Fleetdb.P99, l.Floor.P50, l.Floor.P99), l.RatioP50 <= 1.5 && l.RatioP99 <= 2, "")
+	}
+	if l := kf.prop; l != nil {
+		if l.Peer == nil {
+			r.Checks = append(r.Checks, &Check{Target: "issue 28: one change at or below the peer (P50 and P99)", Measured: "no peer in this run (-peer none)", Verdict: "N/A"})
+		} else {
+			r.check("issue 28: one change at or below the peer (P50 and P99)", fmt.Sprintf("fleetdb %.0f / %.0f ms, peer %.0f / %.0f ms (%.2f× / %.2f×)",
+				l.Fleetdb.P50, l.Fleetdb.P99, l.Peer.P50, l.Peer.P99, l.RatioPeerP50, l.RatioPeerP99), l.RatioPeerP50 <= 1 && l.RatioPeerP99 <= 1, l.PeerName)
+		}
+	}
+	if l := kf.burstProp; l != nil && l.Floor != nil {
+		r.check("issue 28: burst propagation P99 ≤ 3× floor", fmt.Sprintf("%.2f× (%.0f / %.0f ms)", l.RatioP99, l.Fleetdb.P99, l.Floor.P99), l.RatioP99 <= 3, "")
+	}
+	if s := kf.burstReady; s != nil && s.Floor != nil {
+		r.check("issue 28: burst all Ready ≤ 1.5× floor", fmt.Sprintf("%.2f× (%.0f / %.0f ms)", s.Ratio, s.Value, *s.Floor), s.Ratio <= 1.5, "")
+	}
+	if l := kf.burstDelete; l != nil && l.Floor != nil {
+		r.check("issue 28: burst delete → gone P99 ≤ 3× floor", fmt.Sprintf("%.2f× (%.0f / %.0f ms)", l.RatioP99, l.Fleetdb.P99, l.Floor.P99), l.RatioP99 <= 3, "")
+	}
+}
+
 // finalFigures judges the targets.
 func (b *bench) finalFigures() {
 	n := float64(len(b.members))
@@ -858,6 +900,7 @@ func (b *bench) finalFigures() {
 	if l := kf.burstProp; l != nil && l.Floor != nil {
 		r.check("SPEC 8: burst propagation P99 within 2× floor", fmt.Sprintf("%.2f× (%.0f / %.0f ms)", l.RatioP99, l.Fleetdb.P99, l.Floor.P99), l.RatioP99 <= 2, "")
 	}
+	b.issue28Checks()
 	if l := kf.lag; l != nil {
 		r.check("SPEC 8: hub sees member readiness within 1 s (lag P99)", fmt.Sprintf("%.0f ms", l.Fleetdb.P99), l.Fleetdb.P99 <= 1000, "")
 	}

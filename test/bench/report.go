@@ -70,7 +70,14 @@ type Latency struct {
 	FloorSequential *Dist   `json:"floorSequential,omitempty"`
 	RatioSeqP50     float64 `json:"ratioSequentialP50,omitempty"`
 	RatioSeqP99     float64 `json:"ratioSequentialP99,omitempty"`
-	Note            string  `json:"note,omitempty"`
+	// Peer is the same change through the peer (Open Cluster Management's
+	// ManifestWork, test/bench/peer.go), measured in the same run; the
+	// ratios are fleetdb's to it (below 1: fleetdb is faster).
+	PeerName     string  `json:"peerName,omitempty"`
+	Peer         *Dist   `json:"peer,omitempty"`
+	RatioPeerP50 float64 `json:"ratioToPeerP50,omitempty"`
+	RatioPeerP99 float64 `json:"ratioToPeerP99,omitempty"`
+	Note         string  `json:"note,omitempty"`
 }
 
 // Scalar is a single figure (a wall time, a count, a size).
@@ -146,6 +153,16 @@ func (l *Latency) floors(parallel, sequential []time.Duration) *Latency {
 	return l
 }
 
+// peer adds the peer's figure to l (nil: not measured).
+func (l *Latency) peer(name string, runs []time.Duration) *Latency {
+	if runs != nil {
+		d := newDist(runs)
+		l.PeerName, l.Peer = name, &d
+		l.RatioPeerP50, l.RatioPeerP99 = ratio(l.Fleetdb.P50, d.P50), ratio(l.Fleetdb.P99, d.P99)
+	}
+	return l
+}
+
 func (r *Report) scalar(name, unit string, v float64, floor *float64, note string) *Scalar {
 	s := &Scalar{Name: name, Unit: unit, Value: round1(v), Note: note}
 	if floor != nil {
@@ -198,7 +215,7 @@ func (r *Report) print(w io.Writer) {
 	fmt.Fprintf(w, "source: %s\n", r.Source)
 	fmt.Fprintln(w, "\nLatencies (ms)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "measure\tn\tP50\tP90\tP99\tmax\tfloor P50\tfloor P90\tfloor P99\tP50 ratio\tP99 ratio\tparallel floor P50/P99\tsequential floor P50/P99\tratio to sequential P50/P99\t")
+	fmt.Fprintln(tw, "measure\tn\tP50\tP90\tP99\tmax\tfloor P50\tfloor P90\tfloor P99\tP50 ratio\tP99 ratio\tparallel floor P50/P99\tsequential floor P50/P99\tratio to sequential P50/P99\tpeer P50/P99\tratio to peer P50/P99\t")
 	for _, l := range r.Latencies {
 		fl := []string{"–", "–", "–"}
 		if l.Floor != nil {
@@ -214,9 +231,13 @@ func (r *Report) print(w io.Writer) {
 		if l.FloorSequential != nil {
 			seqRatio = ratioStr(l.RatioSeqP50) + " / " + ratioStr(l.RatioSeqP99)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", l.Name, l.Fleetdb.N,
+		peerRatio := "–"
+		if l.Peer != nil {
+			peerRatio = ratioStr(l.RatioPeerP50) + " / " + ratioStr(l.RatioPeerP99)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", l.Name, l.Fleetdb.N,
 			ms(l.Fleetdb.P50), ms(l.Fleetdb.P90), ms(l.Fleetdb.P99), ms(l.Fleetdb.Max), fl[0], fl[1], fl[2],
-			ratioStr(l.RatioP50), ratioStr(l.RatioP99), pair(l.FloorParallel), pair(l.FloorSequential), seqRatio)
+			ratioStr(l.RatioP50), ratioStr(l.RatioP99), pair(l.FloorParallel), pair(l.FloorSequential), seqRatio, pair(l.Peer), peerRatio)
 	}
 	_ = tw.Flush()
 

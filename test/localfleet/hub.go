@@ -67,11 +67,11 @@ type HubProcess struct {
 // StartHub starts the hub on free local ports for its metrics and health
 // endpoints. It does not wait for the hub: see WaitReady.
 func StartHub(opts HubOptions) (*HubProcess, error) {
-	mport, err := freePort()
+	mport, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
-	hport, err := freePort()
+	hport, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +195,8 @@ func (h *HubProcess) Kill() error {
 	return nil
 }
 
-func freePort() (int, error) {
+// FreePort is a free TCP port on the loopback address.
+func FreePort() (int, error) {
 	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
