@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/member"
@@ -63,6 +64,30 @@ func TestFloorKinds(t *testing.T) {
 	g.Expect(kinds(floorSequential)).To(Equal([]string{"Namespace", "Secret", "Service", "Cluster"}))
 	g.Expect([]string{floorName("x", floorMinimal), floorName("x", floorParallel), floorName("x", floorSequential)}).
 		To(Equal([]string{"x-min", "x-all", "x"}))
+}
+
+// TestPeerManifestWork: the peer gets the parallel floor's objects (same
+// bodies, same relabelling) in one ManifestWork per member, in the member's
+// namespace on the hub, the workload first (its agent applies in list order).
+func TestPeerManifestWork(t *testing.T) {
+	g := NewWithT(t)
+	b := &bench{members: []string{"m1"}, creds: map[string][]byte{"username": []byte("app"), "password": []byte("secret")}}
+	name := floorName("orders", floorPeerOCM)
+	g.Expect(name).To(Equal("orders-ocm"))
+	objs, err := b.directObjects(name, "m1", 2, 1)
+	g.Expect(err).NotTo(HaveOccurred())
+	mw := manifestWork("m1", name, floorObjects(objs, floorParallel))
+	g.Expect(mw.GroupVersionKind()).To(Equal(manifestWorkGVK))
+	g.Expect(mw.GetNamespace()).To(Equal("m1"))
+	manifests, _, _ := unstructured.NestedSlice(mw.Object, "spec", "workload", "manifests")
+	var kinds []string
+	for _, m := range manifests {
+		kinds = append(kinds, (&unstructured.Unstructured{Object: m.(map[string]any)}).GetKind())
+	}
+	g.Expect(kinds).To(Equal([]string{"Cluster", "Secret", "Service"}))
+	g.Expect(b.floorKinds()).NotTo(ContainElement(floorPeerOCM), "no peer running: not in the rotation")
+	b.peer = &ocmPeer{}
+	g.Expect(b.floorKinds()).To(Equal([]floorKind{floorMinimal, floorParallel, floorSequential, floorPeerOCM}))
 }
 
 // TestDeadKwok: members of a fleet with no kwok controller running are listed.

@@ -187,31 +187,36 @@ func (b *bench) peerApply(ctx context.Context, name string, placement []string, 
 		if err != nil {
 			return err
 		}
-		// The workload first: the agent applies the manifests one after the
-		// other in this order (manifestwork_reconciler.go applyManifests,
-		// v1.0.0), so the Cluster first is the peer's best case, as fleetdb
-		// writes a new workload first.
-		var manifests, rest []any
-		for _, u := range floorObjects(all, floorParallel) {
-			if isWorkload(u) {
-				manifests = append(manifests, u.Object)
-			} else {
-				rest = append(rest, u.Object)
-			}
-		}
-		manifests = append(manifests, rest...)
-		mw := &unstructured.Unstructured{Object: map[string]any{
-			"spec": map[string]any{"workload": map[string]any{"manifests": manifests}},
-		}}
-		mw.SetGroupVersionKind(manifestWorkGVK)
-		mw.SetNamespace(m)
-		mw.SetName(name)
-		mw.SetLabels(map[string]string{fleetv1alpha1.LabelManagedBy: directManagedBy})
+		mw := manifestWork(m, name, floorObjects(all, floorParallel))
 		if err := member.ServerSideApply(ctx, b.driver, mw, ocmFieldManager); err != nil {
 			return fmt.Errorf("hub: ManifestWork %s/%s: %w", m, name, err)
 		}
 		return nil
 	})
+}
+
+// manifestWork is the ManifestWork of objs for member m. The workload goes
+// first: the agent applies the manifests one after the other in this order
+// (manifestwork_reconciler.go applyManifests, v1.0.0), so the Cluster first
+// is the peer's best case, as fleetdb writes a new workload first.
+func manifestWork(m, name string, objs []*unstructured.Unstructured) *unstructured.Unstructured {
+	var manifests, rest []any
+	for _, u := range objs {
+		if isWorkload(u) {
+			manifests = append(manifests, u.Object)
+		} else {
+			rest = append(rest, u.Object)
+		}
+	}
+	manifests = append(manifests, rest...)
+	mw := &unstructured.Unstructured{Object: map[string]any{
+		"spec": map[string]any{"workload": map[string]any{"manifests": manifests}},
+	}}
+	mw.SetGroupVersionKind(manifestWorkGVK)
+	mw.SetNamespace(m)
+	mw.SetName(name)
+	mw.SetLabels(map[string]string{fleetv1alpha1.LabelManagedBy: directManagedBy})
+	return mw
 }
 
 // peerDelete deletes the ManifestWorks (the agents delete what they
