@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -113,7 +112,7 @@ func (b *bench) startPeer(ctx context.Context) error {
 		// --workload-source-config is where the agent reads ManifestWorks
 		// from (the "kube" source driver: the hub); --listen its metrics
 		// server, one port per agent on this machine.
-		cmd := exec.Command(filepath.Join(p.dir, "work"), "agent",
+		cmd := exec.CommandContext(ctx, filepath.Join(p.dir, "work"), "agent",
 			"--spoke-cluster-name="+m, "--hub-kubeconfig="+b.fleet.HubKubeconfig, "--workload-source-config="+b.fleet.HubKubeconfig,
 			"--spoke-kubeconfig="+kc, "--kubeconfig="+kc, "--disable-leader-election", "--namespace=default",
 			fmt.Sprintf("--listen=127.0.0.1:%d", port))
@@ -234,22 +233,4 @@ func (b *bench) peerDelete(ctx context.Context, name string, placement []string)
 		return b.direct[m].DeleteAllOf(ctx, &corev1.PersistentVolumeClaim{}, client.InNamespace(nsDirect),
 			client.MatchingLabels{fleetv1alpha1.LabelDatabaseNamespace: nsDirect, fleetv1alpha1.LabelDatabaseName: name})
 	})
-}
-
-// peerLeftovers counts the ManifestWorks of the bench left on the hub.
-func (b *bench) peerLeftovers(ctx context.Context) (int, error) {
-	n := 0
-	var mu sync.Mutex
-	err := eachParallel(b.members, func(m string) error {
-		l := &unstructured.UnstructuredList{}
-		l.SetGroupVersionKind(manifestWorkGVK.GroupVersion().WithKind("ManifestWorkList"))
-		if err := b.driver.List(ctx, l, client.InNamespace(m)); err != nil {
-			return err
-		}
-		mu.Lock()
-		n += len(l.Items)
-		mu.Unlock()
-		return nil
-	})
-	return n, err
 }
