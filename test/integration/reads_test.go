@@ -80,21 +80,12 @@ func testCNPGClusterFromCache(t *testing.T, e *env) {
 	g := NewWithT(t)
 	ns := e.namespace("cnpg-reads")
 	g.Expect(e.hub.Create(e.ctx, newCNPGDB(ns, "atlas", "m1"))).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		g.Expect(e.getDB(ns, "atlas").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	waitReady(g, e, ns, "atlas")
 	e.settle(g)
 
 	e.reads.reset()
-	db := e.getDB(ns, "atlas")
-	db.Spec.Replicas = 3
-	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		g.Expect(clusterInstances(e, "m1", ns, "atlas")).To(BeEquivalentTo(3))
-		got := e.getDB(ns, "atlas")
-		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
-		g.Expect(got.Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	scaleCNPG(g, e, ns, "atlas", "m1", 3)
+	waitReady(g, e, ns, "atlas")
 	e.settle(g)
 	g.Expect(e.reads.count("m1", "/apis/postgresql.cnpg.io/v1/namespaces/"+ns+"/clusters/atlas")).To(BeZero(),
 		"the Cluster is read from the member cache")
@@ -127,12 +118,7 @@ func testMemberSecretReadOnce(t *testing.T, e *env) {
 	e.settle(g)
 
 	e.reads.reset()
-	db := e.getDB(ns, "orion")
-	db.Spec.Replicas = 3
-	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		g.Expect(clusterInstances(e, "m1", ns, "orion")).To(BeEquivalentTo(3))
-	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	scaleCNPG(g, e, ns, "orion", "m1", 3)
 	g.Expect(e.reads.before("m1", secret, write)).To(Equal(1),
 		"a spec change: the sync reads the member Secret once before it writes the Cluster")
 	waitReady(g, e, ns, "orion")
@@ -144,5 +130,16 @@ func waitReady(g Gomega, e *env, ns, name string) {
 		got := e.getDB(ns, name)
 		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
 		g.Expect(got.Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+}
+
+// scaleCNPG sets the Database's replicas and waits for its Cluster in
+// member m to have that many instances.
+func scaleCNPG(g Gomega, e *env, ns, name, m string, replicas int32) {
+	db := e.getDB(ns, name)
+	db.Spec.Replicas = replicas
+	g.Expect(e.hub.Update(e.ctx, db)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(clusterInstances(e, m, ns, name)).To(BeEquivalentTo(replicas))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }

@@ -254,10 +254,7 @@ type knownSecretClient struct {
 
 // Get answers the known Secret from the sync's read, anything else as the client does.
 func (c knownSecretClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if ok, err := c.known.get(key, obj); ok {
-		return err
-	}
-	return c.Client.Get(ctx, key, obj, opts...)
+	return knownSecretReader{Reader: c.Client, known: c.known}.Get(ctx, key, obj, opts...)
 }
 
 type knownSecretReader struct {
@@ -265,7 +262,7 @@ type knownSecretReader struct {
 	known knownSecret
 }
 
-// Get answers the known Secret from the sync's read, anything else live.
+// Get answers the known Secret from the sync's read, anything else through the reader.
 func (r knownSecretReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if ok, err := r.known.get(key, obj); ok {
 		return err
