@@ -95,6 +95,15 @@ func ShardingSpec(ctx context.Context, in ShardingInput) {
 	for i := range n {
 		db := NewDatabase(tenant, fmt.Sprintf("db-%02d", i), 1, members)
 		db.Spec.Backend = fleetv1alpha1.BackendStatefulSet
+		if i == n-1 {
+			// The Database changed right after the kill below rolls out to
+			// every member at once: with maxUnavailable 1 its change would
+			// reach the members one after the other in name order, each
+			// after the one before is Ready, and the takeover → first write
+			// figure of a member late in that order would be the rollout's
+			// pace, not the takeover's.
+			db.Spec.Rollout.MaxUnavailable = int32(len(members))
+		}
 		g.Expect(f.Hub.Client.Create(ctx, db)).To(Succeed())
 		dbs[i] = db
 	}
