@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,11 +15,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/member"
+	"github.com/fleetdb/fleetdb/test/fleet"
 	"github.com/fleetdb/fleetdb/test/localfleet"
 )
 
@@ -79,11 +76,11 @@ func (b *bench) startPeer(ctx context.Context) error {
 	p := &ocmPeer{dir: strings.TrimSpace(string(out))}
 	b.peer = p
 	crds := filepath.Join(p.dir, "crds")
-	if err := applyYAML(ctx, b.driver, filepath.Join(crds, "0000_00_work.open-cluster-management.io_manifestworks.crd.yaml")); err != nil {
+	if err := fleet.ApplyManifests(ctx, b.driver, filepath.Join(crds, "0000_00_work.open-cluster-management.io_manifestworks.crd.yaml")); err != nil {
 		return fmt.Errorf("hub: ManifestWork CRD: %w", err)
 	}
 	for _, m := range b.members {
-		if err := applyYAML(ctx, b.direct[m], filepath.Join(crds, "0000_01_work.open-cluster-management.io_appliedmanifestworks.crd.yaml")); err != nil {
+		if err := fleet.ApplyManifests(ctx, b.direct[m], filepath.Join(crds, "0000_01_work.open-cluster-management.io_appliedmanifestworks.crd.yaml")); err != nil {
 			return fmt.Errorf("%s: AppliedManifestWork CRD: %w", m, err)
 		}
 		if err := b.ensureNamespace(ctx, m); err != nil {
@@ -146,34 +143,6 @@ func (b *bench) stopPeer() {
 		b.peer.logs[i].Close()
 	}
 	b.peer = nil
-}
-
-// applyYAML creates the objects of a YAML file (an existing one is kept).
-func applyYAML(ctx context.Context, c client.Client, path string) error {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	dec := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
-	for {
-		doc, err := dec.Read()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		u := &unstructured.Unstructured{}
-		if err := utilyaml.Unmarshal(doc, &u.Object); err != nil {
-			return err
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := c.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
-		}
-	}
 }
 
 // peerApply writes, on the hub, one ManifestWork per member of placement

@@ -38,9 +38,14 @@ func ApplyManifests(ctx context.Context, c client.Client, paths ...string) error
 	return nil
 }
 
-// ReadManifests decodes the YAML documents of a file relative to the repository root.
+// ReadManifests decodes the YAML documents of a file relative to the
+// repository root (an absolute path is read as it is).
 func ReadManifests(path string) ([]*unstructured.Unstructured, error) {
-	data, err := os.ReadFile(filepath.Join(RepoRoot(), path))
+	full := path
+	if !filepath.IsAbs(path) {
+		full = filepath.Join(RepoRoot(), path)
+	}
+	data, err := os.ReadFile(full)
 	if err != nil {
 		return nil, err
 	}
