@@ -111,10 +111,7 @@ func testSwitchoverRestarts(t *testing.T, e *env, sim *cnpgSim) {
 			h.release()
 		}
 	}()
-	holds[0].hold()
-	g.Eventually(func() fleetv1alpha1.ClusterPhase {
-		return clusterEntry(e.getDB(ns, "orders"), "m2").Phase
-	}).WithTimeout(eventually).WithPolling(poll).ShouldNot(Equal(fleetv1alpha1.ClusterPhaseReady))
+	e.makeUnhealthy(g, sim, "m2", ns, "orders") // holds[0].hold, seen by the hub
 	e.setPrimary(g, ns, "orders", "m2")
 	for i, h := range holds {
 		// A restarted hub first reports every member again (caches, Secret
@@ -398,7 +395,15 @@ func (e *env) makeUnhealthy(g Gomega, sim *cnpgSim, m, ns, name string) {
 		p, _, _ := unstructured.NestedString(u.Object, "status", "phase")
 		return p
 	}
-	g.Eventually(phase).WithTimeout(eventually).WithPolling(poll).Should(Equal(healthy))
+	// The hub sees m Ready first: a Database just created is not Ready on
+	// the hub for a while although its Clusters are healthy, and a not
+	// Ready seen then would not mean the hub's last report of m is the
+	// unhealthy one (a switchover started on it passed CheckTarget on the
+	// healthy report, then waited at WaitPromotion forever: CI).
+	g.Eventually(func(g Gomega) {
+		g.Expect(phase(g)).To(Equal(healthy))
+		g.Expect(clusterEntry(e.getDB(ns, name), m).Phase).To(Equal(fleetv1alpha1.ClusterPhaseReady))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	sim.setUnhealthy(m, true)
 	g.Eventually(func(g Gomega) {
 		g.Expect(phase(g)).NotTo(Equal(healthy))
