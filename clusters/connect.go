@@ -328,6 +328,21 @@ func (p *Provider) dial(clusterCtx context.Context, stop context.CancelFunc, nam
 // lost records that the member's engaged (or pending) cluster died under us
 // (its Start failed, or engaging it did): the cluster is disengaged and a new
 // connect is scheduled with backoff.
+// Lost disengages the member's engaged cluster cl after err (what was
+// engaged with it later failed) and reconnects with backoff; nothing when cl
+// is no longer the member's cluster.
+func (p *Provider) Lost(name string, cl cluster.Cluster, err error) {
+	p.mu.RLock()
+	var r *run
+	if m := p.members[name]; m != nil {
+		r = m.run
+	}
+	p.mu.RUnlock()
+	if r != nil {
+		p.lost(name, r, cl, err)
+	}
+}
+
 func (p *Provider) lost(name string, r *run, cl cluster.Cluster, err error) {
 	p.disengage(name, r, cl, classify(err, 0), "Member cluster stopped, disengaged it; reconnecting with backoff")
 }

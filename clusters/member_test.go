@@ -204,6 +204,30 @@ func TestSubscriberCoalescesAndNeverBlocks(t *testing.T) {
 	g.Eventually(ch).Should(BeClosed())
 }
 
+// TestSubscriberHearsKnownMembers: a subscriber that comes after the members
+// (the controllers of a standby that takes the Lease, on a provider that
+// connected on every replica) first hears every member known then, and news
+// after that as any subscriber does.
+func TestSubscriberHearsKnownMembers(t *testing.T) {
+	g := NewWithT(t)
+	p := New(Options{})
+	p.mu.Lock()
+	p.members["b"] = &member{name: "b", health: Health{Engaged: true, Ready: true}}
+	p.members["a"] = &member{name: "a"}
+	p.mu.Unlock()
+	ch := p.Subscribe()
+	next := func() string {
+		var name string
+		g.Eventually(ch).Should(Receive(&name))
+		return name
+	}
+	g.Expect([]string{next(), next()}).To(Equal([]string{"a", "b"}))
+	p.notify("c")
+	g.Expect(next()).To(Equal("c"))
+	close(p.done)
+	g.Eventually(ch).Should(BeClosed())
+}
+
 // TestKubeconfigUnreadableIsKnown: a hub error reading the kubeconfig Secret
 // of a member this process has not connected to yet is recorded, so the
 // member is not left without health (which the hub reads as "not connected

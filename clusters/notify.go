@@ -1,13 +1,20 @@
 package clusters
 
-import "sync"
+import (
+	"maps"
+	"slices"
+	"sync"
+)
 
 // Subscribe returns a channel that receives a member's name whenever it is
 // engaged or disengaged or its Ready state changes; read Health for the news.
 // The provider never waits for a subscriber: names queue per subscriber and
 // repeated names coalesce while unread, so a slow reader sees each changed
 // member once rather than every change. The channel closes when the provider
-// stops.
+// stops. A new subscriber first hears every member the provider knows now:
+// one that subscribes after the members connected (a standby's controllers,
+// started when it takes the Lease, on a provider that runs on every replica)
+// learns of them as one that subscribed before them does.
 func (p *Provider) Subscribe() <-chan string {
 	s := &subscriber{
 		pending: map[string]bool{},
@@ -16,7 +23,11 @@ func (p *Provider) Subscribe() <-chan string {
 	}
 	p.mu.Lock()
 	p.subs = append(p.subs, s)
+	known := slices.Sorted(maps.Keys(p.members))
 	p.mu.Unlock()
+	for _, name := range known {
+		s.push(name)
+	}
 	go s.pump(p.done)
 	return s.out
 }

@@ -95,9 +95,10 @@ func NewManager(ctx context.Context, cfg Config) (mcmanager.Manager, *clusters.P
 	}
 	// Every request of this replica, to the hub and to members, names it.
 	reg.UserAgent = UserAgent(cfg.Version, cfg.ReplicaID)
-	if opts.Sharding {
-		// Every replica connects to every member (and probes it); the
-		// MemberCluster status is written by the elected leader only.
+	if opts.Sharding || cfg.LeaderElection.Enabled {
+		// Every replica connects to every member (and probes it): a
+		// standby is warm. The MemberCluster status is written by the
+		// elected leader only.
 		reg.EveryReplica = true
 	}
 	provider := clusters.New(reg)

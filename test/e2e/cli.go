@@ -109,8 +109,9 @@ var (
 	// Kubernetes versions as members report them (kwok's binaries built from
 	// source say v0.0.0-master+$Format:%H$).
 	versionRE = regexp.MustCompile(`v\d+\.\d+\.\d+(-[^\s]+|\+[^\s]+)?`)
-	// Ages as the CLI prints them: 42s, 5m, 3h, 2d.
-	ageRE = regexp.MustCompile(`\b\d+[smhd]\b`)
+	// Ages as the CLI prints them (kubectl's HumanDuration): 42s, 5m, 3m1s,
+	// 3h, 2d4h, 3y.
+	ageRE = regexp.MustCompile(`\b(\d+[smhdy])+\b`)
 	// A table header: upper-case column names separated by three spaces or more.
 	headerRE = regexp.MustCompile(`^[A-Z][A-Z]*( [A-Z]+)*( {3,}[A-Z]+( [A-Z]+)*)+$`)
 	gapRE    = regexp.MustCompile(` {3,}`)

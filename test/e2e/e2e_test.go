@@ -569,3 +569,17 @@ func TestRefusedHubPattern(t *testing.T) {
 		}
 	}
 }
+
+// TestAgePattern: every age the CLI prints (kubectl's HumanDuration) is one
+// AGE to the golden files, compound ones too (a member last probed 3m1s ago
+// failed TestCLI's golden once a fail-over left its lastProbeTime alone).
+func TestAgePattern(t *testing.T) {
+	for in, want := range map[string]string{
+		"0s": "AGE", "63s": "AGE", "3m1s": "AGE", "5m": "AGE", "2d4h": "AGE", "3y": "AGE",
+		"1/1": "1/1", "-/1": "-/1", "member-1": "member-1", "5ms ago": "5ms ago",
+	} {
+		if got := ageRE.ReplaceAllString(in, "AGE"); got != want {
+			t.Errorf("ageRE on %q = %q, want %q", in, got, want)
+		}
+	}
+}

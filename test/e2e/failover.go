@@ -155,6 +155,7 @@ func FailoverSpec(ctx context.Context, in FailoverInput) {
 	expectExactMemberObjects(ctx, t, f, ns, dbs)
 
 	firstWrite := expectOneWriterAtATime(t, f, in.AuditLog, oldID, newID, killed, acquired)
+	expectWarm(t, f, in.AuditLog, newID, acquired)
 	restarted := WaitForStandbyID(ctx, t, in.Hubs.Replica(oldName))
 	expectNoWrites(t, f, in.AuditLog, restarted)
 
@@ -162,8 +163,9 @@ func FailoverSpec(ctx context.Context, in FailoverInput) {
 	if in.HubArgs != "" {
 		settings = "hub flags " + in.HubArgs
 	}
-	takeover := fmt.Sprintf("e2e: failover: SIGKILL → Lease acquired by the standby %s, → its first member write %s (%s; %d of %d StatefulSets existed at the kill)",
-		acquired.Sub(killed).Round(10*time.Millisecond), firstWrite.Sub(killed).Round(10*time.Millisecond), settings, atKill, n*len(members))
+	takeover := fmt.Sprintf("e2e: failover: SIGKILL → Lease acquired by the standby %s, → its first member write %s (%s after the Lease; %s; %d of %d StatefulSets existed at the kill)",
+		acquired.Sub(killed).Round(10*time.Millisecond), firstWrite.Sub(killed).Round(10*time.Millisecond),
+		firstWrite.Sub(acquired).Round(10*time.Millisecond), settings, atKill, n*len(members))
 	t.Log(takeover)
 	fmt.Fprintln(os.Stderr, takeover)
 }
@@ -319,6 +321,23 @@ func expectOneWriterAtATime(t testing.TB, f *Fleet, auditLog func(string) string
 	}
 	g.Expect(first.IsZero()).To(BeFalse(), "the new leader %s never wrote to a member", newID)
 	return first
+}
+
+// expectWarm proves from the members' audit logs that the standby that took
+// over (id) was warm: it watched every member's StatefulSets (the member
+// sync's informers) before it acquired the Lease, so its first sync did not
+// wait for a connection or a first list (docs/hub-replicas.md).
+func expectWarm(t testing.TB, f *Fleet, auditLog func(string) string, id string, acquired time.Time) {
+	t.Helper()
+	g := NewWithT(t)
+	for _, c := range f.MemberNames() {
+		watches, err := readAuditWatches(auditLog(c))
+		g.Expect(err).NotTo(HaveOccurred())
+		warm := slices.ContainsFunc(watches, func(w auditWrite) bool {
+			return w.Replica == id && w.Resource == "statefulsets" && w.Received.Before(acquired)
+		})
+		g.Expect(warm).To(BeTrue(), "%s: the standby %s did not watch its StatefulSets before it held the Lease (a cold standby)", c, id)
+	}
 }
 
 // expectNoWrites proves from every cluster's audit log that the replica

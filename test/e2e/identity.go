@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,14 +18,15 @@ import (
 const auditPolicyFile = "audit-policy.yaml"
 
 // auditPolicy makes every API server of the suite's local fleet log one line
-// per write request (metadata only: no bodies, so no Secret data), whoever
-// sent it; FailoverSpec tells the hub replicas apart by user agent.
+// per write request and per watch (metadata only: no bodies, so no Secret
+// data), whoever sent it; FailoverSpec tells the hub replicas apart by user
+// agent (a watch shows a standby warm: connected before it leads).
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
 - level: Metadata
-  verbs: [create, update, patch, delete, deletecollection]
+  verbs: [create, update, patch, delete, deletecollection, watch]
 - level: None
 `
 
@@ -64,7 +66,7 @@ func truncateLine(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// auditWrite is one write request in an API server's audit log.
+// auditWrite is one write request (or watch) in an API server's audit log.
 type auditWrite struct {
 	// Replica is the hub replica's identity from the user agent
 	// ("fleetdb-hub/<version> (<replica id>)"); "" for other clients.
@@ -80,8 +82,18 @@ type auditWrite struct {
 var replicaInUserAgent = regexp.MustCompile(`^fleetdb-hub/[^ ]* \(([^)]+)\)`)
 
 // readAuditWrites reads every write request of an audit log (the local
-// fleet's policy logs writes only, at the Metadata level).
+// fleet's policy logs writes and watches, at the Metadata level).
 func readAuditWrites(path string) ([]auditWrite, error) {
+	return readAudit(path, "ResponseComplete", "create", "update", "patch", "delete", "deletecollection")
+}
+
+// readAuditWatches reads every watch an audit log saw start.
+func readAuditWatches(path string) ([]auditWrite, error) {
+	return readAudit(path, "ResponseStarted", "watch")
+}
+
+// readAudit reads the requests of an audit log with one of verbs at stage.
+func readAudit(path, stage string, verbs ...string) ([]auditWrite, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -106,7 +118,7 @@ func readAuditWrites(path string) ([]auditWrite, error) {
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		if ev.Stage != "ResponseComplete" || ev.ObjectRef == nil {
+		if ev.Stage != stage || ev.ObjectRef == nil || !slices.Contains(verbs, ev.Verb) {
 			continue
 		}
 		w := auditWrite{Verb: ev.Verb, Resource: ev.ObjectRef.Resource, Received: ev.RequestReceivedTimestamp}

@@ -47,7 +47,7 @@ func TestSharding(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	start := time.Now()
-	f, hubs, local := startFleet(ctx, t, members, prefix)
+	f, hubs, local := startFleet(ctx, t, members, prefix, replicas, "--sharding")
 	up := time.Since(start)
 	e2e.ShardingSpec(ctx, e2e.ShardingInput{T: t, Fleet: f, Hubs: hubs, AuditLog: local.AuditLog})
 	if bad := e2e.ForbiddenLines(hubs); len(bad) > 0 {
@@ -56,9 +56,33 @@ func TestSharding(t *testing.T) {
 	t.Logf("sharding: %d members: fleet and hubs up in %s, spec %s", members, up.Round(time.Second), (time.Since(start) - up).Round(time.Second))
 }
 
+// TestFailoverFleet runs the unsharded hub's fail-over (e2e.FailoverSpec:
+// two replicas with --leader-elect, the leader killed mid fan-out, the warm
+// standby's takeover checked from the audit logs) on a fleet of
+// FLEETDB_FAILOVER_MEMBERS kwok members, to measure the takeover on a
+// bigger fleet than the e2e suite's three (docs/hub-replicas.md). It runs
+// only when that is set: `make test` runs the spec in the e2e suite.
+func TestFailoverFleet(t *testing.T) {
+	v := os.Getenv("FLEETDB_FAILOVER_MEMBERS")
+	if v == "" {
+		t.Skip("FLEETDB_FAILOVER_MEMBERS unset: the e2e suite runs the fail-over on its 3 members")
+	}
+	members, err := strconv.Atoi(v)
+	if err != nil || members < 3 {
+		t.Fatalf("FLEETDB_FAILOVER_MEMBERS=%q: want a number ≥ 3", v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	start := time.Now()
+	f, hubs, local := startFleet(ctx, t, members, "fleetdb-failover", replicas[:2])
+	up := time.Since(start)
+	e2e.FailoverSpec(ctx, e2e.FailoverInput{T: t, Fleet: f, Hubs: hubs, AuditLog: local.AuditLog, Databases: 20})
+	t.Logf("failover: %d members: fleet and hubs up in %s, spec %s", members, up.Round(time.Second), (time.Since(start) - up).Round(time.Second))
+}
+
 // startFleet brings a local fleet with audit logs up, and the hub replicas
-// with --sharding; the test's cleanups tear both down.
-func startFleet(ctx context.Context, t *testing.T, members int, prefix string) (*e2e.Fleet, *localfleet.HubSet, *localfleet.Fleet) {
+// (with --leader-elect, and args); the test's cleanups tear both down.
+func startFleet(ctx context.Context, t *testing.T, members int, prefix string, replicas []string, args ...string) (*e2e.Fleet, *localfleet.HubSet, *localfleet.Fleet) {
 	t.Helper()
 	root := fleet.RepoRoot()
 	work, err := os.MkdirTemp("", "fleetdb-sharding-")
@@ -126,7 +150,7 @@ func startFleet(ctx context.Context, t *testing.T, members int, prefix string) (
 	}
 	hubs = localfleet.NewHubSet(localfleet.HubOptions{
 		Binary: hubBinary, Kubeconfig: local.HubIdentityKubeconfig,
-		Args: []string{"--sharding", "--probe-interval", "1s", "--probe-grace-period", "3s"},
+		Args: append(args, "--probe-interval", "1s", "--probe-grace-period", "3s"),
 	}, work, func(p *localfleet.HubProcess) { watchdog.Track(p.Pid()) })
 	for _, name := range replicas {
 		if _, err := hubs.Start(name); err != nil {

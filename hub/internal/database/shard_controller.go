@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -151,6 +152,23 @@ func warmMemberCaches(ctx context.Context, cluster string, cl mccluster.Cluster)
 	}
 }
 
+// memberCacheWarmer warms the member caches (warmMemberCaches) of every
+// member the provider engages, on every replica of an unsharded hub with
+// leader election: a standby that takes the Lease finds them synced.
+type memberCacheWarmer struct{}
+
+func (memberCacheWarmer) Start(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
+}
+
+func (memberCacheWarmer) NeedLeaderElection() bool { return false }
+
+func (memberCacheWarmer) Engage(ctx context.Context, name multicluster.ClusterName, cl mccluster.Cluster) error {
+	go warmMemberCaches(ctx, string(name), cl)
+	return nil
+}
+
 // publishPlacements writes the plan's placements (the leader, --sharding);
 // a failed write is retried by reconciling the Database again.
 func (r *databaseReconciler) publishPlacements(ctx context.Context, key client.ObjectKey, p *plan) {
@@ -256,7 +274,23 @@ func (r *memberSyncReconciler) remoteCredentials(ctx context.Context, key client
 // Setup finds in opts.
 func NewMCManager(hubCfg *rest.Config, provider *clusters.Provider, mopts manager.Options, log logr.Logger, replicaID string, opts *Options) (mcmanager.Manager, error) {
 	if !opts.Sharding {
-		return mcmanager.New(hubCfg, provider, mopts)
+		if !mopts.LeaderElection {
+			return mcmanager.New(hubCfg, provider, mopts)
+		}
+		// A warm standby (docs/hub-replicas.md): every replica connects to
+		// the members and keeps the member informers the member sync reads
+		// synced; the controllers, which write, start on the leader only
+		// and are engaged with the members there.
+		coord := sharding.NewElectedCoordinator()
+		coord.Lost = provider.Lost
+		mgr, err := sharding.NewEveryReplicaManager(hubCfg, provider, mopts, mcmanager.WithCoordinator(coord))
+		if err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(memberCacheWarmer{}); err != nil {
+			return nil, err
+		}
+		return mgr, nil
 	}
 	mgr, coord, err := sharding.NewMCManager(hubCfg, provider, mopts, log, replicaID, opts.HubNamespace)
 	if err != nil {

@@ -413,35 +413,30 @@ func leaderlessFunc(f func(context.Context) error) manager.Runnable {
 	return leaderless{manager.RunnableFunc(f)}
 }
 
-// ownedOnly is the multicluster provider as the manager sees it under
-// sharding: without its Start, which NewManager runs on every replica
-// itself (the manager would run it on the elected leader only).
-type ownedOnly struct{ p multicluster.Provider }
+// withoutStart is the multicluster provider as the manager sees it when the
+// provider runs on every replica: without its Start, which
+// NewEveryReplicaManager runs on every replica itself (the manager would run
+// it on the elected leader only).
+type withoutStart struct{ p multicluster.Provider }
 
-func (o ownedOnly) Get(ctx context.Context, name multicluster.ClusterName) (cluster.Cluster, error) {
+func (o withoutStart) Get(ctx context.Context, name multicluster.ClusterName) (cluster.Cluster, error) {
 	return o.p.Get(ctx, name)
 }
 
-func (o ownedOnly) IndexField(ctx context.Context, obj client.Object, field string, extract client.IndexerFunc) error {
+func (o withoutStart) IndexField(ctx context.Context, obj client.Object, field string, extract client.IndexerFunc) error {
 	return o.p.IndexField(ctx, obj, field, extract)
 }
 
-// NewMCManager is the multicluster manager of a sharded hub: the sharded
-// coordinator engages members with the controllers, and the provider runs
-// on every replica, its MemberCluster status written by the elected leader
-// only. The coordinator's Leases live in namespace.
-func NewMCManager(hubCfg *rest.Config, provider *clusters.Provider, mopts manager.Options, log logr.Logger, replicaID, namespace string) (mcmanager.Manager, *Coordinator, error) {
-	CacheOptions(&mopts.Cache, namespace)
-	if log.GetSink() == nil {
-		log = ctrl.Log // the manager's default too
-	}
-	coord, err := newCoordinator(hubCfg, client.Options{Scheme: mopts.Scheme}, namespace, replicaID, log)
+// NewEveryReplicaManager is a multicluster manager whose provider runs on
+// every replica, leader or not: every replica connects to and probes every
+// member (reads only), and the MemberCluster status is written by the
+// elected leader only. What the manager engages members with is mcOpts'
+// coordinator's choice (the sharded one, or multicluster-runtime's default
+// that engages every member with everything).
+func NewEveryReplicaManager(hubCfg *rest.Config, provider *clusters.Provider, mopts manager.Options, mcOpts ...mcmanager.Option) (mcmanager.Manager, error) {
+	mgr, err := mcmanager.New(hubCfg, withoutStart{provider}, mopts, mcOpts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("sharded coordinator: %w", err)
-	}
-	mgr, err := mcmanager.New(hubCfg, ownedOnly{provider}, mopts, mcmanager.WithCoordinator(coord))
-	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	local := mgr.GetLocalManager()
 	provider.SetStatusWriter(func() bool {
@@ -453,6 +448,26 @@ func NewMCManager(hubCfg *rest.Config, provider *clusters.Provider, mopts manage
 		}
 	})
 	if err := local.Add(leaderlessFunc(func(ctx context.Context) error { return provider.Start(ctx, mgr) })); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// NewMCManager is the multicluster manager of a sharded hub: the sharded
+// coordinator engages members with the controllers, and the provider runs
+// on every replica (NewEveryReplicaManager). The coordinator's Leases live
+// in namespace.
+func NewMCManager(hubCfg *rest.Config, provider *clusters.Provider, mopts manager.Options, log logr.Logger, replicaID, namespace string) (mcmanager.Manager, *Coordinator, error) {
+	CacheOptions(&mopts.Cache, namespace)
+	if log.GetSink() == nil {
+		log = ctrl.Log // the manager's default too
+	}
+	coord, err := newCoordinator(hubCfg, client.Options{Scheme: mopts.Scheme}, namespace, replicaID, log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sharded coordinator: %w", err)
+	}
+	mgr, err := NewEveryReplicaManager(hubCfg, provider, mopts, mcmanager.WithCoordinator(coord))
+	if err != nil {
 		return nil, nil, err
 	}
 	return mgr, coord, nil
