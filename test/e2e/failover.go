@@ -155,7 +155,6 @@ func FailoverSpec(ctx context.Context, in FailoverInput) {
 	expectExactMemberObjects(ctx, t, f, ns, dbs)
 
 	firstWrite := expectOneWriterAtATime(t, f, in.AuditLog, oldID, newID, killed, acquired)
-	expectWarm(t, f, in.AuditLog, newID, acquired)
 	restarted := WaitForStandbyID(ctx, t, in.Hubs.Replica(oldName))
 	expectNoWrites(t, f, in.AuditLog, restarted)
 
@@ -168,6 +167,7 @@ func FailoverSpec(ctx context.Context, in FailoverInput) {
 		firstWrite.Sub(acquired).Round(10*time.Millisecond), settings, atKill, n*len(members))
 	t.Log(takeover)
 	fmt.Fprintln(os.Stderr, takeover)
+	expectWarm(t, f, in.AuditLog, newID, acquired)
 }
 
 // replicaName is the --replica-name part of a replica identity ("hub-0_<uuid>").
