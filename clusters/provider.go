@@ -1,6 +1,8 @@
 package clusters
 
 import (
+	"slices"
+	"maps"
 	"context"
 	"errors"
 	"fmt"
@@ -346,6 +348,19 @@ func (p *Provider) enqueue(name string) {
 	p.mu.RUnlock()
 	if q != nil {
 		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+	}
+}
+
+// ResyncStatus runs a status pass for every member the provider knows: a
+// replica that starts writing MemberCluster status (the elected leader of
+// replicas that all run the provider) writes what changed while it did not;
+// a member whose view did not change is written nothing.
+func (p *Provider) ResyncStatus() {
+	p.mu.RLock()
+	names := slices.Sorted(maps.Keys(p.members))
+	p.mu.RUnlock()
+	for _, name := range names {
+		p.enqueue(name)
 	}
 }
 

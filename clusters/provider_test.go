@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,6 +65,7 @@ func TestProvider(t *testing.T) {
 	t.Run("rewriting the Secret reconnects only when the kubeconfig bytes change", s.testRewriteSecret)
 	t.Run("deleting the MemberCluster disengages the member", s.testDeleteDisengages)
 	t.Run("a fleet at rest makes zero writes", s.testAtRest)
+	t.Run("a replica that starts writing status writes what changed while it did not", s.testStatusWriterResync)
 	t.Run("a stopped member stays engaged and becomes Ready=False Unreachable after the grace period", s.testStoppedMember)
 }
 
@@ -104,6 +106,26 @@ func (s *providerSuite) testEngaged(t *testing.T) {
 	cfg, ok := h.provider.ConfigFor("m1")
 	g.Expect(ok).To(BeTrue())
 	g.Expect(serverVersion(t, cfg)).To(Equal(mc.Status.KubernetesVersion))
+}
+
+// testStatusWriterResync: a MemberCluster registered while the provider does
+// not write status (a standby) gets none; once it writes (elected),
+// ResyncStatus writes it without any other news of the member.
+func (s *providerSuite) testStatusWriterResync(t *testing.T) {
+	h := s.h
+	g := NewWithT(t)
+	h.standby.Store(true)
+	h.register(t, "quiet", []byte("this is not a kubeconfig"))
+	g.Eventually(func() string { return h.provider.Health("quiet").Reason }).WithTimeout(timeout).WithPolling(poll).
+		Should(Equal(fleetv1alpha1.ReasonInvalidKubeconfig), "the standby's view")
+	g.Consistently(func(g Gomega) {
+		mc := &fleetv1alpha1.MemberCluster{}
+		g.Expect(h.hub.Get(h.ctx, types.NamespacedName{Name: "quiet"}, mc)).To(Succeed())
+		g.Expect(mc.Status.Conditions).To(BeEmpty(), "a standby writes no status")
+	}).WithTimeout(2 * time.Second).WithPolling(poll).Should(Succeed())
+	h.standby.Store(false)
+	h.provider.ResyncStatus()
+	h.eventuallyConditions(t, "quiet", cond(fleetv1alpha1.MemberConditionReady, metav1.ConditionFalse, fleetv1alpha1.ReasonInvalidKubeconfig))
 }
 
 // testGarbageKubeconfig: a garbage kubeconfig is InvalidKubeconfig and leaves the others alone.
@@ -249,6 +271,8 @@ type harness struct {
 	events   *collector
 	// writes counts the registry's writes to the hub ("hub") and the members ("member").
 	writes fleet.WriteCounter
+	// standby keeps the provider from writing MemberCluster status (SetStatusWriter).
+	standby atomic.Bool
 }
 
 func startHarness(t *testing.T, f *fleet.Fleet) *harness {
@@ -277,6 +301,7 @@ func startHarness(t *testing.T, f *fleet.Fleet) *harness {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(mgr.Add(h.engaged)).To(Succeed())
 	g.Expect(h.provider.SetupWithManager(ctx, mgr)).To(Succeed())
+	h.provider.SetStatusWriter(func() bool { return !h.standby.Load() })
 	go h.events.collect(h.provider.Subscribe())
 
 	done := make(chan error, 1)

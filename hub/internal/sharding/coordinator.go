@@ -450,6 +450,14 @@ func NewEveryReplicaManager(hubCfg *rest.Config, provider *clusters.Provider, mo
 	if err := local.Add(leaderlessFunc(func(ctx context.Context) error { return provider.Start(ctx, mgr) })); err != nil {
 		return nil, err
 	}
+	// Once elected, the status the standby computed but did not write.
+	if err := local.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		provider.ResyncStatus()
+		<-ctx.Done()
+		return nil
+	})); err != nil {
+		return nil, err
+	}
 	return mgr, nil
 }
 
