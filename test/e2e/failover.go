@@ -154,7 +154,16 @@ func FailoverSpec(ctx context.Context, in FailoverInput) {
 	}
 	expectExactMemberObjects(ctx, t, f, ns, dbs)
 
-	firstWrite := expectOneWriterAtATime(t, f, in.AuditLog, oldID, newID, killed, acquired)
+	firstWrites := expectOneWriterAtATime(t, f, in.AuditLog, oldID, newID, killed, acquired)
+	var firstWrite, everyMember time.Time
+	for _, at := range firstWrites {
+		if firstWrite.IsZero() || at.Before(firstWrite) {
+			firstWrite = at
+		}
+		if at.After(everyMember) {
+			everyMember = at
+		}
+	}
 	restarted := WaitForStandbyID(ctx, t, in.Hubs.Replica(oldName))
 	expectNoWrites(t, f, in.AuditLog, restarted)
 
@@ -162,9 +171,11 @@ func FailoverSpec(ctx context.Context, in FailoverInput) {
 	if in.HubArgs != "" {
 		settings = "hub flags " + in.HubArgs
 	}
-	takeover := fmt.Sprintf("e2e: failover: SIGKILL → Lease acquired by the standby %s, → its first member write %s (%s after the Lease; %s; %d of %d StatefulSets existed at the kill)",
+	takeover := fmt.Sprintf("e2e: failover: SIGKILL → Lease acquired by the standby %s, → its first member write %s (%s after the Lease; "+
+		"every member written %s after it; %s; %d members, %d of %d StatefulSets existed at the kill)",
 		acquired.Sub(killed).Round(10*time.Millisecond), firstWrite.Sub(killed).Round(10*time.Millisecond),
-		firstWrite.Sub(acquired).Round(10*time.Millisecond), settings, atKill, n*len(members))
+		firstWrite.Sub(acquired).Round(10*time.Millisecond), everyMember.Sub(acquired).Round(10*time.Millisecond),
+		settings, len(members), atKill, n*len(members))
 	t.Log(takeover)
 	fmt.Fprintln(os.Stderr, takeover)
 	expectWarm(t, f, in.AuditLog, newID, acquired)
@@ -275,11 +286,11 @@ func expectExactMemberObjects(ctx context.Context, t testing.TB, f *Fleet, ns st
 // itself aside, on the hub), the killed leader (oldID) nothing received
 // once the standby held it (requests it sent before the SIGKILL may still be
 // received just after it), and no object was written by both at overlapping
-// times. It returns when the new leader first wrote to a member.
-func expectOneWriterAtATime(t testing.TB, f *Fleet, auditLog func(string) string, oldID, newID string, killed, acquired time.Time) time.Time {
+// times. It returns when the new leader first wrote to each member.
+func expectOneWriterAtATime(t testing.TB, f *Fleet, auditLog func(string) string, oldID, newID string, killed, acquired time.Time) map[string]time.Time {
 	t.Helper()
 	g := NewWithT(t)
-	var first time.Time
+	first := map[string]time.Time{}
 	for _, c := range append([]string{"hub"}, f.MemberNames()...) {
 		writes, err := readAuditWrites(auditLog(c))
 		g.Expect(err).NotTo(HaveOccurred())
@@ -297,8 +308,8 @@ func expectOneWriterAtATime(t testing.TB, f *Fleet, auditLog func(string) string
 				if _, ok := firstNew[w.Object]; !ok {
 					firstNew[w.Object] = w.Received
 				}
-				if c != "hub" && (first.IsZero() || w.Received.Before(first)) {
-					first = w.Received
+				if c != "hub" && (first[c].IsZero() || w.Received.Before(first[c])) {
+					first[c] = w.Received
 				}
 			case oldID:
 				// A request the old leader sent before the SIGKILL can still be
@@ -319,7 +330,9 @@ func expectOneWriterAtATime(t testing.TB, f *Fleet, auditLog func(string) string
 			}
 		}
 	}
-	g.Expect(first.IsZero()).To(BeFalse(), "the new leader %s never wrote to a member", newID)
+	for _, m := range f.MemberNames() {
+		g.Expect(first[m].IsZero()).To(BeFalse(), "the new leader %s never wrote to %s", newID, m)
+	}
 	return first
 }
 
