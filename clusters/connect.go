@@ -325,9 +325,6 @@ func (p *Provider) dial(clusterCtx context.Context, stop context.CancelFunc, nam
 	return connectResult{cl: cl, version: pr.version, backends: pr.backends, clusterID: id}
 }
 
-// lost records that the member's engaged (or pending) cluster died under us
-// (its Start failed, or engaging it did): the cluster is disengaged and a new
-// connect is scheduled with backoff.
 // Lost disengages the member's engaged cluster cl after err (what was
 // engaged with it later failed) and reconnects with backoff; nothing when cl
 // is no longer the member's cluster.
@@ -343,6 +340,9 @@ func (p *Provider) Lost(name string, cl cluster.Cluster, err error) {
 	}
 }
 
+// lost records that the member's engaged (or pending) cluster died under us
+// (its Start failed, or engaging it did): the cluster is disengaged and a new
+// connect is scheduled with backoff.
 func (p *Provider) lost(name string, r *run, cl cluster.Cluster, err error) {
 	p.disengage(name, r, cl, classify(err, 0), "Member cluster stopped, disengaged it; reconnecting with backoff")
 }

@@ -1,12 +1,12 @@
 package clusters
 
 import (
-	"slices"
-	"maps"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
