@@ -28,11 +28,15 @@ type ElectedCoordinator struct {
 	// (clusters.Provider.Lost). Nil: the error is dropped.
 	Lost func(name string, cl cluster.Cluster, err error)
 
-	mu      sync.Mutex
-	always  []multicluster.Aware
-	leader  []multicluster.Aware
-	members map[multicluster.ClusterName]engagedMember
-	elected bool
+	// engaging serialises engagements: the engagements at election and a
+	// member engaged (again) meanwhile never interleave, so a reconnected
+	// member is never engaged with its old, dead cluster after its new one.
+	engaging sync.Mutex
+	mu       sync.Mutex
+	always   []multicluster.Aware
+	leader   []multicluster.Aware
+	members  map[multicluster.ClusterName]engagedMember
+	elected  bool
 }
 
 type engagedMember struct {
@@ -59,6 +63,8 @@ func (c *ElectedCoordinator) AddAware(a multicluster.Aware) {
 // Engage engages the member with what runs on every replica, and with the
 // rest when this replica is elected.
 func (c *ElectedCoordinator) Engage(ctx context.Context, name multicluster.ClusterName, cl cluster.Cluster) error {
+	c.engaging.Lock()
+	defer c.engaging.Unlock()
 	c.mu.Lock()
 	c.members[name] = engagedMember{ctx: ctx, cl: cl}
 	awares := append([]multicluster.Aware(nil), c.always...)
@@ -81,6 +87,7 @@ func (c *ElectedCoordinator) Engage(ctx context.Context, name multicluster.Clust
 // far with what runs on the leader only.
 func (c *ElectedCoordinator) Runnable() manager.Runnable {
 	return manager.RunnableFunc(func(ctx context.Context) error {
+		c.engaging.Lock()
 		c.mu.Lock()
 		c.elected = true
 		leader := append([]multicluster.Aware(nil), c.leader...)
@@ -96,6 +103,7 @@ func (c *ElectedCoordinator) Runnable() manager.Runnable {
 				c.Lost(string(name), m.cl, fmt.Errorf("engaging the member cluster at election: %w", err))
 			}
 		}
+		c.engaging.Unlock()
 		<-ctx.Done()
 		return nil
 	})
