@@ -1,10 +1,6 @@
 package clusters
 
-import (
-	"maps"
-	"slices"
-	"sync"
-)
+import "sync"
 
 // Subscribe returns a channel that receives a member's name whenever it is
 // engaged or disengaged or its Ready state changes; read Health for the news.
@@ -23,7 +19,7 @@ func (p *Provider) Subscribe() <-chan string {
 	}
 	p.mu.Lock()
 	p.subs = append(p.subs, s)
-	known := slices.Sorted(maps.Keys(p.members))
+	known := p.knownLocked()
 	p.mu.Unlock()
 	for _, name := range known {
 		s.push(name)

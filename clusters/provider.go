@@ -357,11 +357,16 @@ func (p *Provider) enqueue(name string) {
 // a member whose view did not change is written nothing.
 func (p *Provider) ResyncStatus() {
 	p.mu.RLock()
-	names := slices.Sorted(maps.Keys(p.members))
+	names := p.knownLocked()
 	p.mu.RUnlock()
 	for _, name := range names {
 		p.enqueue(name)
 	}
+}
+
+// knownLocked returns the members the provider knows, sorted; p.mu held.
+func (p *Provider) knownLocked() []string {
+	return slices.Sorted(maps.Keys(p.members))
 }
 
 // SetStatusWriter makes the provider write MemberCluster status only while
