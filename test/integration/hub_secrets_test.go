@@ -2,6 +2,9 @@ package integration
 
 import (
 	"context"
+	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -213,8 +216,9 @@ func startHubControlPlane(t *testing.T, namespaces ...string) (*fleet.ControlPla
 //     once its last Database's deletion completed; its identity is refused
 //     there again.
 func TestHubSecretAccess(t *testing.T) {
-	secretCalls := &secretRequests{}
-	e := startEnvWith(t, envOptions{hubWrap: secretCalls.wrap}, "m1")
+	secretCalls, dbLists := &secretRequests{}, &databaseLists{}
+	wrap := func(rt http.RoundTripper) http.RoundTripper { return secretCalls.wrap(dbLists.wrap(rt)) }
+	e := startEnvWith(t, envOptions{hubWrap: wrap}, "m1")
 	e.sim.enable("m1", true)
 	g := NewWithT(t)
 
@@ -310,6 +314,35 @@ func TestHubSecretAccess(t *testing.T) {
 		g.Expect(e.hub.Get(e.ctx, rbKey, &rbacv1.RoleBinding{})).To(Succeed(), "bound again for a new Database")
 	})
 
+	t.Run("Databases of a namespace deleted at once read the namespace's Databases live once, and the binding goes with the last", func(t *testing.T) {
+		g := NewWithT(t)
+		batch := e.namespace("batch")
+		names := []string{"b1", "b2", "b3", "b4", "b5", "b6", "b7", "b8", "b9", "b10"}
+		for _, name := range names {
+			g.Expect(e.hub.Create(e.ctx, newDB(batch, name, "m1"))).To(Succeed())
+		}
+		g.Eventually(func(g Gomega) {
+			for _, name := range names {
+				g.Expect(e.getDB(batch, name).Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+			}
+		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+		before := dbLists.in(batch)
+		for _, name := range names {
+			g.Expect(e.hub.Delete(e.ctx, e.getDB(batch, name))).To(Succeed())
+		}
+		g.Eventually(func() bool {
+			return apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKey{Namespace: batch, Name: hubSecretRole}, &rbacv1.RoleBinding{}))
+		}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "the binding outlived the namespace's last Database")
+		var left fleetv1alpha1.DatabaseList
+		g.Expect(e.hub.List(e.ctx, &left, client.InNamespace(batch))).To(Succeed())
+		g.Expect(left.Items).To(BeEmpty(), "the binding went while a Database was left")
+		// Before: two live lists per Database (its finalizer's release and
+		// its deletion's reconcile), one after the other behind the
+		// namespace's lock. Now only what the cache cannot settle: the last.
+		g.Expect(dbLists.in(batch)-before).To(BeNumerically("<=", 2),
+			"live lists of the namespace's Databases while %d of them were deleted at once", len(names))
+	})
+
 	t.Run("a binding a platform team made under that name is used and kept when the last Database goes", func(t *testing.T) {
 		g := NewWithT(t)
 		team := e.namespace("granted")
@@ -345,7 +378,7 @@ func TestHubSecretAccess(t *testing.T) {
 		}
 		g.Expect(e.hub.Create(e.ctx, left)).To(Succeed())
 		e.stopHub()
-		e.startHub(envOptions{hubWrap: secretCalls.wrap})
+		e.startHub(envOptions{hubWrap: wrap})
 		g.Eventually(func() bool {
 			return apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKeyFromObject(left), &rbacv1.RoleBinding{}))
 		}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "the restarted hub left the binding of a namespace without Databases")
@@ -359,4 +392,33 @@ func TestHubSecretAccess(t *testing.T) {
 		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 		g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "refunds-credentials"}, &corev1.Secret{})).To(Succeed())
 	})
+}
+
+// databaseLists counts the hub's list requests for the Databases of one
+// namespace (the informer lists them cluster-wide: a namespaced list is a
+// live read, hubsecret.Access.Release's).
+type databaseLists struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (d *databaseLists) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		const prefix = "/apis/fleetdb.io/v1alpha1/namespaces/"
+		if p := req.URL.Path; req.Method == http.MethodGet && strings.HasPrefix(p, prefix) && strings.HasSuffix(p, "/databases") {
+			d.mu.Lock()
+			if d.n == nil {
+				d.n = map[string]int{}
+			}
+			d.n[strings.TrimSuffix(strings.TrimPrefix(p, prefix), "/databases")]++
+			d.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+func (d *databaseLists) in(ns string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.n[ns]
 }

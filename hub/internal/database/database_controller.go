@@ -166,7 +166,7 @@ func (r *databaseReconciler) loadScope(ctx context.Context, key types.Namespaced
 			if r.hubSecrets != nil {
 				// The namespace's last Database gone: the hub's Secret access
 				// there goes too.
-				return nil, r.hubSecrets.Release(ctx, key.Namespace)
+				return nil, r.hubSecrets.Release(ctx, key.Namespace, "")
 			}
 			return nil, nil
 		}

@@ -59,7 +59,7 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 		if r.hubSecrets != nil {
 			// Released: was it the namespace's last Database? (Again when
 			// the deletion's event comes, for a hub that stops right here.)
-			return ctrl.Result{}, r.hubSecrets.Release(ctx, db.Namespace)
+			return ctrl.Result{}, r.hubSecrets.Release(ctx, db.Namespace, db.UID)
 		}
 		return ctrl.Result{}, nil
 	}

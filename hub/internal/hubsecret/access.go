@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -243,8 +244,20 @@ func (h *Access) forget(ns string) {
 // Database object, after its finalizer is released, so it never holds a
 // teardown up; its Secrets (owned by their Database) are removed by the
 // garbage collector, which needs no right of the hub's.
-func (h *Access) Release(ctx context.Context, ns string) error {
+//
+// except is the Database whose finalizer the caller just released (empty
+// when the caller saw it gone). While the hub's cache still holds another
+// Database of ns, nothing is read or removed: that one's deletion, when it
+// comes, calls Release again (the caller reconciles every Database the
+// cache sees go), and the last one reads live. So a namespace whose
+// Databases are deleted at once makes one live read, not two per Database
+// one after the other behind the namespace's lock (which held every
+// reconcile of the namespace up in a burst).
+func (h *Access) Release(ctx context.Context, ns string, except types.UID) error {
 	if h.protected(ns) {
+		return nil
+	}
+	if h.othersCached(ctx, ns, except) {
 		return nil
 	}
 	unlock := h.lock(ns)
@@ -284,6 +297,21 @@ func (h *Access) Release(ctx context.Context, ns string) error {
 	h.released[ns] = true
 	h.mu.Unlock()
 	return nil
+}
+
+// othersCached reports whether the hub's cache holds a Database of ns other
+// than except. A cache that cannot answer reports false: Release then reads live.
+func (h *Access) othersCached(ctx context.Context, ns string, except types.UID) bool {
+	var cached fleetv1alpha1.DatabaseList
+	if err := h.c.List(ctx, &cached, client.InNamespace(ns)); err != nil {
+		return false
+	}
+	for i := range cached.Items {
+		if cached.Items[i].UID != except {
+			return true
+		}
+	}
+	return false
 }
 
 // get reads a Secret of a tenant namespace: from the namespace's cache when
@@ -377,7 +405,7 @@ func (s *staleBindings) Start(ctx context.Context) error {
 		if err := s.cache.List(cctx, &dbs, client.InNamespace(rb.Namespace)); err != nil || len(dbs.Items) > 0 {
 			continue
 		}
-		if err := s.secrets.Release(cctx, rb.Namespace); err != nil {
+		if err := s.secrets.Release(cctx, rb.Namespace, ""); err != nil {
 			log.Error(err, "removing a Secret RoleBinding left where no Database is", "namespace", rb.Namespace)
 		}
 	}
