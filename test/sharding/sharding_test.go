@@ -125,7 +125,7 @@ func startFleet(ctx context.Context, t *testing.T, members int, prefix string, r
 		}
 		watchdog.Release()
 		_ = fleetLog.Close()
-		if !t.Failed() {
+		if !t.Failed() && os.Getenv("FLEETDB_SHARDING_KEEP") == "" {
 			_ = os.RemoveAll(work)
 		} else {
 			t.Logf("logs kept in %s", work)
