@@ -162,7 +162,10 @@ type MemberClusterStatus struct {
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=8
 	Backends []Backend `json:"backends,omitempty"`
-	// LastProbeTime is when the hub last probed the member.
+	// LastProbeTime is when the probe that last changed this status ran. A
+	// probe that finds nothing changed writes nothing (a steady fleet makes
+	// no writes), so on a healthy member this can be long ago while probes
+	// go on: the Ready condition is the latest probe's verdict.
 	// +optional
 	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
 	// ClusterID is the member cluster's identity as the hub read it: the
