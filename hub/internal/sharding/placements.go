@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-multierror"
@@ -55,15 +56,35 @@ func placementLabels(key types.NamespacedName) map[string]string {
 	}
 }
 
+// publishParallelism bounds the placement writes one Publish has in flight.
+const publishParallelism = 16
+
 // Publish writes the placements of a plan that changed, want by member (the
 // leader), and deletes the Database's placements the plan no longer names.
+// The placements are independent objects, written at once (at most
+// publishParallelism in flight): one after the other, a Database on N
+// members held its status write (which comes after) N hub round trips back,
+// and a new leader's first status writes grew with the fleet.
 func (s *Placements) Publish(ctx context.Context, key types.NamespacedName, want map[string]fleetv1alpha1.DatabasePlacementSpec) error {
 	ctx, cancel := context.WithTimeout(ctx, placementTimeout)
 	defer cancel()
-	var errs *multierror.Error
+	var (
+		errs *multierror.Error
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		slot = make(chan struct{}, publishParallelism)
+	)
 	for cluster, spec := range want {
-		errs = multierror.Append(errs, s.putSpec(ctx, key, cluster, spec))
+		slot <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slot }()
+			err := s.putSpec(ctx, key, cluster, spec)
+			mu.Lock()
+			errs = multierror.Append(errs, err)
+			mu.Unlock()
+		})
 	}
+	wg.Wait()
 	var list fleetv1alpha1.DatabasePlacementList
 	if err := s.Hub.List(ctx, &list, client.InNamespace(s.Namespace), client.MatchingLabels(placementLabels(key))); err != nil {
 		return multierror.Append(errs, err).ErrorOrNil()
