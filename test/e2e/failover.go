@@ -178,7 +178,7 @@ func FailoverSpec(ctx context.Context, in FailoverInput) {
 		settings, len(members), atKill, n*len(members))
 	t.Log(takeover)
 	fmt.Fprintln(os.Stderr, takeover)
-	expectWarm(t, f, in.AuditLog, newID, acquired)
+	expectWarm(ctx, t, f, in.AuditLog, newID, acquired)
 }
 
 // replicaName is the --replica-name part of a replica identity ("hub-0_<uuid>").
@@ -338,17 +338,27 @@ func expectOneWriterAtATime(t testing.TB, f *Fleet, auditLog func(string) string
 // expectWarm proves from the members' audit logs that the standby that took
 // over (id) was warm: it watched every member's StatefulSets (the member
 // sync's informers) before it acquired the Lease, so its first sync did not
-// wait for a connection or a first list (docs/hub-replicas.md).
-func expectWarm(t testing.TB, f *Fleet, auditLog func(string) string, id string, acquired time.Time) {
+// wait for a connection or a first list (docs/hub-replicas.md); on a member
+// that offers CloudNativePG, its Clusters too.
+func expectWarm(ctx context.Context, t testing.TB, f *Fleet, auditLog func(string) string, id string, acquired time.Time) {
 	t.Helper()
 	g := NewWithT(t)
 	for _, c := range f.MemberNames() {
 		watches, err := readAuditWatches(auditLog(c))
 		g.Expect(err).NotTo(HaveOccurred())
-		warm := slices.ContainsFunc(watches, func(w auditWrite) bool {
-			return w.Replica == id && w.Resource == "statefulsets" && w.Received.Before(acquired)
-		})
-		g.Expect(warm).To(BeTrue(), "%s: the standby %s did not watch its StatefulSets before it held the Lease (a cold standby)", c, id)
+		watched := func(resource string) bool {
+			return slices.ContainsFunc(watches, func(w auditWrite) bool {
+				return w.Replica == id && w.Resource == resource && w.Received.Before(acquired)
+			})
+		}
+		g.Expect(watched("statefulsets")).To(BeTrue(), "%s: the standby %s did not watch its StatefulSets before it held the Lease (a cold standby)", c, id)
+		// A member that offers CloudNativePG: its Cluster informer too
+		// (the one every CloudNativePG member sync reads).
+		var mc fleetv1alpha1.MemberCluster
+		g.Expect(f.Hub.Client.Get(ctx, client.ObjectKey{Name: c}, &mc)).To(Succeed())
+		if slices.Contains(mc.Status.Backends, fleetv1alpha1.BackendCloudNativePG) {
+			g.Expect(watched("clusters")).To(BeTrue(), "%s: the standby %s did not watch its CloudNativePG Clusters before it held the Lease", c, id)
+		}
 	}
 }
 

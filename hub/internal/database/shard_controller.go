@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -126,7 +127,7 @@ func (w *wiring) setupSharding() error {
 		},
 	}
 	w.opts.shards.OnOwned(w.shard.owned)
-	w.opts.shards.OnEngaged(warmMemberCaches)
+	w.opts.shards.OnEngaged(warmMemberCaches(w.provider))
 	return w.placementController()
 }
 
@@ -139,23 +140,49 @@ const warmCacheTimeout = 2 * time.Minute
 // only (list and watch, fleetdb's objects by their managed-by label), so a
 // replica that takes a member over finds them synced and its first sync
 // does not wait for them (docs/sharding.md, "Warm standby"). The member
-// sync's watches, engaged on the owner only, share these informers.
-func warmMemberCaches(ctx context.Context, cluster string, cl mccluster.Cluster) {
-	ctx, cancel := context.WithTimeout(ctx, warmCacheTimeout)
-	defer cancel()
-	log := ctrl.LoggerFrom(ctx).WithValues("cluster", cluster)
-	for _, obj := range append(memberKinds(), &corev1.PersistentVolumeClaim{}) {
-		if _, err := cl.GetCache().GetInformer(ctx, obj); err != nil {
-			log.Info("Warming a member cache did not finish; the member's owner starts it when it takes the member", "error", err.Error())
-			return
+// sync's watches, engaged on the owner only, share these informers. The
+// CloudNativePG Cluster informer (backendWatches starts it on a member's
+// first CloudNativePG sync, with its event handler) is warmed too where the
+// member serves the Cluster API (its last probe) and lets the hub list
+// Clusters: a member that does not, or refuses the list, gets no informer
+// that would retry and log forever.
+func warmMemberCaches(provider *clusters.Provider) func(ctx context.Context, cluster string, cl mccluster.Cluster) {
+	return func(ctx context.Context, cluster string, cl mccluster.Cluster) {
+		ctx, cancel := context.WithTimeout(ctx, warmCacheTimeout)
+		defer cancel()
+		log := ctrl.LoggerFrom(ctx).WithValues("cluster", cluster)
+		kinds := append(memberKinds(), &corev1.PersistentVolumeClaim{})
+		if warmCNPG(ctx, provider, cluster, cl) {
+			kinds = append(kinds, member.NewCNPGCluster())
+		}
+		for _, obj := range kinds {
+			if _, err := cl.GetCache().GetInformer(ctx, obj); err != nil {
+				log.Info("Warming a member cache did not finish; the member's owner starts it when it takes the member", "error", err.Error())
+				return
+			}
 		}
 	}
+}
+
+// warmCNPG reports whether the member's CloudNativePG Cluster informer can
+// be warmed: the member served the Cluster API at its last probe, and a
+// live list of one Cluster is not refused (an identity joined before the
+// backend existed may not see Clusters: listManagedClusters).
+func warmCNPG(ctx context.Context, provider *clusters.Provider, cluster string, cl mccluster.Cluster) bool {
+	if offered, known := provider.Offers(cluster, fleetv1alpha1.BackendCloudNativePG); !offered || !known {
+		return false
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(member.CNPGClusterGVK.GroupVersion().WithKind("ClusterList"))
+	return cl.GetAPIReader().List(ctx, list, client.Limit(1)) == nil
 }
 
 // memberCacheWarmer warms the member caches (warmMemberCaches) of every
 // member the provider engages, on every replica of an unsharded hub with
 // leader election: a standby that takes the Lease finds them synced.
-type memberCacheWarmer struct{}
+type memberCacheWarmer struct {
+	provider *clusters.Provider
+}
 
 func (memberCacheWarmer) Start(ctx context.Context) error {
 	<-ctx.Done()
@@ -164,8 +191,8 @@ func (memberCacheWarmer) Start(ctx context.Context) error {
 
 func (memberCacheWarmer) NeedLeaderElection() bool { return false }
 
-func (memberCacheWarmer) Engage(ctx context.Context, name multicluster.ClusterName, cl mccluster.Cluster) error {
-	go warmMemberCaches(ctx, string(name), cl)
+func (w memberCacheWarmer) Engage(ctx context.Context, name multicluster.ClusterName, cl mccluster.Cluster) error {
+	go warmMemberCaches(w.provider)(ctx, string(name), cl)
 	return nil
 }
 
@@ -287,7 +314,7 @@ func NewMCManager(hubCfg *rest.Config, provider *clusters.Provider, mopts manage
 		if err != nil {
 			return nil, err
 		}
-		if err := mgr.Add(memberCacheWarmer{}); err != nil {
+		if err := mgr.Add(memberCacheWarmer{provider: provider}); err != nil {
 			return nil, err
 		}
 		return mgr, nil
