@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -239,6 +241,32 @@ func StartControlPlaneWith(name, assets string, crdPaths []string) (*ControlPlan
 }
 
 // Context returns a context that ends with the test.
+// StartTestControlPlane starts one kube-apiserver for test t (fleetdb's
+// CRDs installed when crds is set), stopped when t ends, with namespaces
+// created; it skips in -short mode and fails t when the start fails.
+func StartTestControlPlane(t testing.TB, crds bool, namespaces ...string) (*ControlPlane, context.Context) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a kube-apiserver")
+	}
+	assets, err := AssetsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := StartControlPlane("hub", assets, crds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Stop() })
+	ctx := Context(t)
+	for _, ns := range namespaces {
+		if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cp, ctx
+}
+
 func Context(t testing.TB) context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

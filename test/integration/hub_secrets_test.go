@@ -185,19 +185,7 @@ func TestHubSecretScope(t *testing.T) {
 // without a fleet; it skips in -short mode.
 func startHubControlPlane(t *testing.T, namespaces ...string) (*fleet.ControlPlane, context.Context) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a control plane")
-	}
-	g := NewWithT(t)
-	assets, err := fleet.AssetsDir()
-	g.Expect(err).NotTo(HaveOccurred())
-	cp, err := fleet.StartControlPlane("hub", assets, true)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = cp.Stop() })
-	ctx := fleet.Context(t)
-	for _, ns := range append([]string{hubNS}, namespaces...) {
-		g.Expect(cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
-	}
+	cp, ctx := fleet.StartTestControlPlane(t, true, append([]string{hubNS}, namespaces...)...)
 	return cp, ctx
 }
 

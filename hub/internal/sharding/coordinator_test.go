@@ -13,8 +13,6 @@ import (
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,17 +42,8 @@ type replica struct {
 // members before any other replica takes them, and the others take them
 // once its peer Lease expired.
 func TestCoordinatorFences(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a kube-apiserver")
-	}
+	cp, ctx := fleet.StartTestControlPlane(t, false, testNS)
 	g := NewWithT(t)
-	assets, err := fleet.AssetsDir()
-	g.Expect(err).NotTo(HaveOccurred())
-	cp, err := fleet.StartControlPlane("hub", assets, false)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = cp.Stop() })
-	ctx := fleet.Context(t)
-	g.Expect(cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}})).To(Succeed())
 
 	members := make([]string, 8)
 	for i := range members {

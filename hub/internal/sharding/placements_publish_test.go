@@ -8,8 +8,6 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -55,17 +53,8 @@ func (c *inFlight) peak() int {
 // Database's stay; the writes of one Publish go out at once, not one member
 // after the other (a new leader's first status write waited for them all).
 func TestPlacementsPublish(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a kube-apiserver")
-	}
+	cp, ctx := fleet.StartTestControlPlane(t, true, testNS)
 	g := NewWithT(t)
-	assets, err := fleet.AssetsDir()
-	g.Expect(err).NotTo(HaveOccurred())
-	cp, err := fleet.StartControlPlane("hub", assets, true)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = cp.Stop() })
-	ctx := fleet.Context(t)
-	g.Expect(cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}})).To(Succeed())
 
 	writes := &inFlight{Client: cp.Client}
 	store := &Placements{Hub: writes, Namespace: testNS}
