@@ -167,14 +167,16 @@ func warmMemberCaches(provider *clusters.Provider) func(ctx context.Context, clu
 // warmCNPG reports whether the member's CloudNativePG Cluster informer can
 // be warmed: the member served the Cluster API at its last probe, and a
 // live list of one Cluster is not refused (an identity joined before the
-// backend existed may not see Clusters: listManagedClusters).
+// backend existed may not see Clusters: listManagedClusters). The list asks
+// for fleetdb's Clusters only, as the informer does: no other Cluster is read.
 func warmCNPG(ctx context.Context, provider *clusters.Provider, cluster string, cl mccluster.Cluster) bool {
 	if offered, known := provider.Offers(cluster, fleetv1alpha1.BackendCloudNativePG); !offered || !known {
 		return false
 	}
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(member.CNPGClusterGVK.GroupVersion().WithKind("ClusterList"))
-	return cl.GetAPIReader().List(ctx, list, client.Limit(1)) == nil
+	return cl.GetAPIReader().List(ctx, list, client.Limit(1),
+		client.MatchingLabels{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue}) == nil
 }
 
 // memberCacheWarmer warms the member caches (warmMemberCaches) of every
