@@ -301,9 +301,12 @@ func (h *Access) Release(ctx context.Context, ns string, except types.UID) error
 
 // othersCached reports whether the hub's cache holds a Database of ns other
 // than except. A cache that cannot answer reports false: Release then reads live.
+// Two Databases at most are looked at (one of them is not except), uncopied
+// (only their UIDs are read): a namespace of thousands deleted at once costs
+// no copy of them all per Database.
 func (h *Access) othersCached(ctx context.Context, ns string, except types.UID) bool {
 	var cached fleetv1alpha1.DatabaseList
-	if err := h.c.List(ctx, &cached, client.InNamespace(ns)); err != nil {
+	if err := h.c.List(ctx, &cached, client.InNamespace(ns), client.Limit(2), client.UnsafeDisableDeepCopy); err != nil {
 		return false
 	}
 	for i := range cached.Items {
