@@ -240,7 +240,6 @@ func StartControlPlaneWith(name, assets string, crdPaths []string) (*ControlPlan
 	return cp, nil
 }
 
-// Context returns a context that ends with the test.
 // StartTestControlPlane starts one kube-apiserver for test t (fleetdb's
 // CRDs installed when crds is set), stopped when t ends, with namespaces
 // created; it skips in -short mode and fails t when the start fails.
@@ -267,6 +266,7 @@ func StartTestControlPlane(t testing.TB, crds bool, namespaces ...string) (*Cont
 	return cp, ctx
 }
 
+// Context returns a context that ends with the test.
 func Context(t testing.TB) context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
