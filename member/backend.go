@@ -31,6 +31,13 @@ func NewCNPGCluster() *unstructured.Unstructured {
 	return u
 }
 
+// NewCNPGClusterList is an empty list of CloudNativePG Clusters, to list into.
+func NewCNPGClusterList() *unstructured.UnstructuredList {
+	l := &unstructured.UnstructuredList{}
+	l.SetGroupVersionKind(CNPGClusterGVK.GroupVersion().WithKind("ClusterList"))
+	return l
+}
+
 // BackendMissingError says that the member does not serve the API of the
 // Database's backend (CloudNativePG's CRDs are not installed). It is terminal
 // for that member until the member changes.

@@ -57,8 +57,7 @@ func teardownCNPG(ctx context.Context, c client.Client, o Owner, policy fleetv1a
 // or an identity that may not see Clusters (a member joined before the
 // backend existed), has none: fleetdb cannot have made any.
 func listManagedClusters(ctx context.Context, c client.Reader, o Owner) ([]*unstructured.Unstructured, error) {
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(CNPGClusterGVK.GroupVersion().WithKind("ClusterList"))
+	list := NewCNPGClusterList()
 	err := c.List(ctx, list, client.InNamespace(o.Namespace), client.MatchingLabelsSelector{Selector: SelectorFor(o.Namespace, o.Name)})
 	if noKindServed(err) || apierrors.IsForbidden(err) {
 		return nil, nil

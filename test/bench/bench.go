@@ -693,9 +693,7 @@ func (b *bench) leftovers(ctx context.Context, ns string, names []string, placem
 	}
 	sel := client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*nsIs, *nameIn)}
 	lists := func() []client.ObjectList {
-		clusters := &unstructured.UnstructuredList{}
-		clusters.SetGroupVersionKind(member.CNPGClusterGVK.GroupVersion().WithKind("ClusterList"))
-		l := []client.ObjectList{clusters, &appsv1.StatefulSetList{}, &corev1.PersistentVolumeClaimList{}}
+		l := []client.ObjectList{member.NewCNPGClusterList(), &appsv1.StatefulSetList{}, &corev1.PersistentVolumeClaimList{}}
 		if all {
 			l = append(l, &corev1.ServiceList{}, &corev1.ConfigMapList{}, &corev1.SecretList{}, &policyv1.PodDisruptionBudgetList{})
 		}

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -404,9 +403,7 @@ func (g *grower) memberVersions(ctx context.Context) (map[string]string, error) 
 	out := map[string]string{}
 	sel := client.MatchingLabels{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue}
 	for _, m := range b.members {
-		clusters := &unstructured.UnstructuredList{}
-		clusters.SetGroupVersionKind(member.CNPGClusterGVK.GroupVersion().WithKind("ClusterList"))
-		for _, l := range []client.ObjectList{clusters, &appsv1.StatefulSetList{}, &corev1.SecretList{}, &corev1.ServiceList{},
+		for _, l := range []client.ObjectList{member.NewCNPGClusterList(), &appsv1.StatefulSetList{}, &corev1.SecretList{}, &corev1.ServiceList{},
 			&corev1.ConfigMapList{}, &policyv1.PodDisruptionBudgetList{}} {
 			if err := b.direct[m].List(ctx, l, client.InNamespace(nsFleet), sel); err != nil {
 				return nil, fmt.Errorf("listing %T in %s: %w", l, m, err)

@@ -288,11 +288,7 @@ func memberKinds() map[string]func() client.ObjectList {
 		"Secret":                func() client.ObjectList { return &corev1.SecretList{} },
 		"PersistentVolumeClaim": func() client.ObjectList { return &corev1.PersistentVolumeClaimList{} },
 		"Job":                   func() client.ObjectList { return &batchv1.JobList{} },
-		"Cluster": func() client.ObjectList {
-			l := &unstructured.UnstructuredList{}
-			l.SetGroupVersionKind(member.CNPGClusterGVK.GroupVersion().WithKind("ClusterList"))
-			return l
-		},
+		"Cluster":               func() client.ObjectList { return member.NewCNPGClusterList() },
 	}
 }
 

@@ -185,8 +185,7 @@ func TestHubSecretScope(t *testing.T) {
 // without a fleet; it skips in -short mode.
 func startHubControlPlane(t *testing.T, namespaces ...string) (*fleet.ControlPlane, context.Context) {
 	t.Helper()
-	cp, ctx := fleet.StartTestControlPlane(t, true, append([]string{hubNS}, namespaces...)...)
-	return cp, ctx
+	return fleet.StartTestControlPlane(t, true, append([]string{hubNS}, namespaces...)...)
 }
 
 // TestHubSecretAccess (issue 25, item 12): the hub runs as deploy/rbac's

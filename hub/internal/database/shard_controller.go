@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -173,9 +172,7 @@ func warmCNPG(ctx context.Context, provider *clusters.Provider, cluster string, 
 	if offered, known := provider.Offers(cluster, fleetv1alpha1.BackendCloudNativePG); !offered || !known {
 		return false
 	}
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(member.CNPGClusterGVK.GroupVersion().WithKind("ClusterList"))
-	return cl.GetAPIReader().List(ctx, list, client.Limit(1),
+	return cl.GetAPIReader().List(ctx, member.NewCNPGClusterList(), client.Limit(1),
 		client.MatchingLabels{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue}) == nil
 }
 
