@@ -83,6 +83,9 @@ closure() {
 	done
 }
 
+# Standard output carries one line, the folder (its callers read it as a
+# path): whatever a build step prints goes to standard error.
+exec 3>&1 1>&2
 if ! complete; then
 	BIN=$("$root/hack/realnode-tools.sh")
 	mkdir -p "$parent"
@@ -184,4 +187,4 @@ if ! complete; then
 		echo "realnode-images: built in $((SECONDS - start))s" >&2
 	fi
 fi
-echo "$out"
+echo "$out" >&3

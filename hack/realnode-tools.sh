@@ -65,6 +65,9 @@ moddir() {
 		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
 }
 
+# Standard output carries one line, the folder (its callers read it as a
+# path): whatever a build step prints goes to standard error.
+exec 3>&1 1>&2
 if ! complete; then
 	mkdir -p "$parent"
 	exec 9>"$parent/.lock-realnode"
@@ -134,4 +137,4 @@ if ! complete; then
 		echo "realnode-tools: built in $((SECONDS - start))s" >&2
 	fi
 fi
-echo "$bin"
+echo "$bin" >&3

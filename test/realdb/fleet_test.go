@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -41,7 +40,7 @@ func startRealFleet(ctx context.Context, t *testing.T, n realNet, beforeDown fun
 	root := repoRoot(t)
 	start := time.Now()
 	r := &realFleet{work: t.TempDir()}
-	images := strings.TrimSpace(script(ctx, t, nil, 60*time.Minute, "realnode-images.sh"))
+	images := scriptDir(ctx, t, 60*time.Minute, "realnode-images.sh")
 	r.pgVersion = readFile(t, filepath.Join(images, "postgresql-version"))
 	r.pgImage = readFile(t, filepath.Join(images, "postgresql-image"))
 	env := []string{

@@ -30,7 +30,7 @@ import (
 func TestJobImageRunsTheBackupAndRestoreScripts(t *testing.T) {
 	requireRealNodes(t)
 	ctx := t.Context()
-	images := strings.TrimSpace(script(ctx, t, nil, 60*time.Minute, "realnode-images.sh"))
+	images := scriptDir(ctx, t, 60*time.Minute, "realnode-images.sh")
 	major := readFile(t, filepath.Join(images, "postgresql-major"))
 	rootfs := filepath.Join(t.TempDir(), "rootfs")
 	unpackImage(ctx, t, filepath.Join(images, "postgresql.tar"), rootfs)

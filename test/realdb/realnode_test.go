@@ -11,6 +11,7 @@ package realdb
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,6 +59,47 @@ func script(ctx context.Context, t *testing.T, env []string, timeout time.Durati
 	return out.String()
 }
 
+// scriptDir runs one of the repository's build-and-print scripts
+// (toolchain.sh, realnode-images.sh), which print the folder of what they
+// built as their only line of standard output and report progress on standard
+// error. It returns that folder, and fails the test when the output is not
+// one line naming an existing folder: a caller must never read progress
+// messages as a path (a cold build once printed them into it: "file name too
+// long").
+func scriptDir(ctx context.Context, t *testing.T, timeout time.Duration, name string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot(t), "hack", name))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("hack/%s: %v\nstdout:\n%s\nstderr:\n%s", name, err, stdout.String(), stderr.String())
+	}
+	dir, err := printedDir(stdout.String())
+	if err != nil {
+		t.Fatalf("hack/%s: %v\nstderr:\n%s", name, err, stderr.String())
+	}
+	return dir
+}
+
+// printedDir checks a build-and-print script's standard output: exactly one
+// line, an absolute path of an existing folder.
+func printedDir(out string) (string, error) {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != 1 || lines[0] == "" {
+		return "", fmt.Errorf("printed %d lines on standard output, want one folder:\n%s", len(lines), out)
+	}
+	dir := lines[0]
+	if !filepath.IsAbs(dir) {
+		return "", fmt.Errorf("printed %q, want an absolute folder", dir)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("printed %q, which is no folder (%v)", dir, err)
+	}
+	return dir, nil
+}
+
 // TestRealNodeRunsPodsAndLeavesNothing starts a one-member local fleet, gives
 // its member a real node, runs pods on it (a pause pod, a web server reached
 // through a Service by a client pod: kube-proxy's rules in the node's own
@@ -101,10 +143,10 @@ func TestRealNodeRunsPodsAndLeavesNothing(t *testing.T) {
 	// The real CloudNativePG operator (installed by hack/fleet.sh up), and
 	// a one-instance Cluster whose primary answers SQL through its -rw
 	// Service (TestHubRunsCloudNativePGOnRealNodes has standbys).
-	images := strings.TrimSpace(script(ctx, t, nil, 60*time.Minute, "realnode-images.sh"))
+	images := scriptDir(ctx, t, 60*time.Minute, "realnode-images.sh")
 	image := readFile(t, filepath.Join(images, "postgresql-image"))
 	kc := filepath.Join(dir, "fleet", "member-1.kubeconfig")
-	kubectl := filepath.Join(strings.TrimSpace(script(ctx, t, nil, 30*time.Minute, "toolchain.sh")), "kubectl")
+	kubectl := filepath.Join(scriptDir(ctx, t, 30*time.Minute, "toolchain.sh"), "kubectl")
 	k := func(timeout time.Duration, stdin string, args ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(ctx, timeout)
