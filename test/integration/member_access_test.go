@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -164,6 +165,27 @@ func TestMemberAccess(t *testing.T) {
 		err = agent.Delete(ctx, pvc)
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting a backup volume claim: want Forbidden, got %v", err)
 		g.Expect(err.Error()).To(ContainSubstring("never deletes a backup volume claim"))
+		// The guard keys on the label: the identity cannot take it away (or
+		// change it) first and delete the claim after (issue 42, item 4a).
+		for what, patch := range map[string]string{
+			"removing":       `{"metadata":{"labels":{"fleetdb.io/backup-volume":null}}}`,
+			"changing":       `{"metadata":{"labels":{"fleetdb.io/backup-volume":"false"}}}`,
+			"dropping every": `{"metadata":{"labels":null}}`,
+		} {
+			err = agent.Patch(ctx, pvc, client.RawPatch(types.MergePatchType, []byte(patch)))
+			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s the backup volume label: want Forbidden, got %v", what, err)
+			g.Expect(err.Error()).To(ContainSubstring("never removes or changes the label fleetdb.io/backup-volume"))
+		}
+		var cur corev1.PersistentVolumeClaim
+		g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(pvc), &cur)).To(Succeed())
+		g.Expect(cur.Labels).To(HaveKeyWithValue(fleetv1alpha1.LabelBackupVolume, "true"))
+		delete(cur.Labels, fleetv1alpha1.LabelBackupVolume)
+		err = agent.Update(ctx, &cur)
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "an update without the backup volume label: want Forbidden, got %v", err)
+		err = agent.Delete(ctx, pvc)
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting the backup volume claim after the attempts: want Forbidden, got %v", err)
+		// Other labels of the claim may still change (nothing else keys on them).
+		g.Expect(agent.Patch(ctx, pvc, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"a"}}}`)))).To(Succeed())
 		data := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "data-orders-0"}, Spec: pvc.Spec}
 		g.Expect(agent.Create(ctx, data)).To(Succeed())
 		g.Expect(agent.Delete(ctx, data)).To(Succeed(), "a data volume claim may still go (deletionPolicy Delete)")
