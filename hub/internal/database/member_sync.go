@@ -63,6 +63,9 @@ type memberSyncReconciler struct {
 	shard *shardRuntime
 	// jobs is the hub's record of the Jobs it creates in members (nil in unit tests).
 	jobs *memberjob.Ledger
+	// refused counts the refusals (403) in a row per member and Database:
+	// the retry's backoff (see forbiddenRetryFirst); nil retries at the cap.
+	refused *refusals
 }
 
 // Reconcile is the envelope of one member sync: the per-member slot, the
@@ -105,6 +108,9 @@ func (r *memberSyncReconciler) syncPlan(ctx context.Context, cluster string, key
 	cancel()
 	if out.result != nil {
 		r.record(key, cluster, out.result)
+		if out.result.Status.Reason != fleetv1alpha1.ReasonForbidden {
+			r.refused.clear(cluster, key)
+		}
 	}
 	tel.end(out)
 	return out

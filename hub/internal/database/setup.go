@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
 	mchandler "sigs.k8s.io/multicluster-runtime/pkg/handler"
@@ -156,6 +157,7 @@ func (w *wiring) memberSyncController() error {
 		opts: w.opts, recorder: w.recorder, databases: w.dbQueue, tracer: telemetry.Tracer(),
 		limiter: queue.NewMemberLimiter(max(2, w.opts.MemberWorkers/4)), self: w.memberQueue,
 		watches: newBackendWatches(w.memberQueue), secrets: w.secrets, shard: w.shard, jobs: w.jobs,
+		refused: newRefusals(),
 	}
 	// Beyond its first sync, a member starts another only while fewer than
 	// half the workers are busy: slow members cannot starve the others.
@@ -175,6 +177,12 @@ func (w *wiring) memberSyncController() error {
 		b = b.Watches(obj, msr.memberObjectEvents(gvk, false), memberOnly...)
 	}
 	b = b.Watches(&corev1.PersistentVolumeClaim{}, msr.memberObjectEvents(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"), true), memberOnly...)
+	// A change of a member's MemberCluster (what the hub can see of it)
+	// retries at once the syncs that member refused (issue 42, item 7).
+	// Its status (the probe's reports) is not such a change.
+	b = b.Watches(&fleetv1alpha1.MemberCluster{}, mchandler.TypedEnqueueRequestsFromMapFunc[client.Object, mcreconcile.Request](msr.refusedOnMember),
+		mcbuilder.WithEngageWithLocalCluster(true), mcbuilder.WithEngageWithProviderClusters(false),
+		mcbuilder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{})))
 	return b.WatchesRawSource(clusters.RegistrySource[mcreconcile.Request]{Provider: w.provider, Requests: w.syncsOnMember}).
 		WatchesRawSource(captureQueue(w.memberQueue)).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
