@@ -291,6 +291,8 @@ up() {
 	"$KUBECTL" --kubeconfig "$hub" wait --for=condition=Established crd/databases.fleetdb.io crd/memberclusters.fleetdb.io --timeout=60s >/dev/null
 	# Deletion protection is the API server's (a ValidatingAdmissionPolicy).
 	"$KUBECTL" --kubeconfig "$hub" apply -f "$root/deploy/hub/deletion_protection.yaml" >/dev/null
+	# The recorded backend is not changed to another (a ValidatingAdmissionPolicy).
+	"$KUBECTL" --kubeconfig "$hub" apply -f "$root/deploy/hub/backend_record.yaml" >/dev/null
 	# The teardown finalizer at admission (a MutatingAdmissionPolicy).
 	"$KUBECTL" --kubeconfig "$hub" apply -f "$root/deploy/hub/teardown_finalizer.yaml" >/dev/null
 	"$KUBECTL" --kubeconfig "$hub" create namespace "$HUB_NS" --dry-run=client -o yaml | "$KUBECTL" --kubeconfig "$hub" apply -f - >/dev/null

@@ -237,8 +237,10 @@ const (
 	// member until the member offers it (the hub's probes notice) or the
 	// Database changes.
 	ReasonBackendMissing = "BackendMissing"
-	// ReasonBackendChanged: spec.backend names another backend than the one
-	// the members run; fleetdb does not move data between backends.
+	// ReasonBackendChanged: spec.backend, or a fleetdb.io/backend annotation
+	// changed after the first placement, names another backend than the one
+	// the members run; fleetdb does not move data between backends and keeps
+	// running the recorded one.
 	ReasonBackendChanged = "BackendChanged"
 	// ReasonBackendUnknown: the hub cannot tell which backend the members run
 	// a Database that was placed on (the fleetdb.io/backend annotation was
@@ -492,15 +494,19 @@ func (d *Database) EffectiveBackend() Backend {
 // names no backend (written while the members were unreachable), or it was
 // placed by a fleetdb that had only the StatefulSet backend. Only its
 // members can tell then.
+//
+// The record is immutable once the members run it: an annotation changed
+// afterwards to another backend than the one the members report in
+// status.clusters is not followed (that would start an empty database on
+// the other backend behind the client Service); the members' backend is,
+// and BackendAnnotationChanged says so (issue 42, item 4b).
 func (d *Database) KnownBackend() (b Backend, ok bool) {
+	if reported := d.reportedBackend(); reported != "" {
+		return reported, true
+	}
 	switch b := Backend(d.Annotations[AnnotationBackend]); b {
 	case BackendCloudNativePG, BackendStatefulSet:
 		return b, true
-	}
-	for _, c := range d.Status.Clusters {
-		if c.Backend == BackendCloudNativePG || c.Backend == BackendStatefulSet {
-			return c.Backend, true
-		}
 	}
 	for _, f := range d.Finalizers {
 		if f == TeardownFinalizer {
@@ -508,6 +514,40 @@ func (d *Database) KnownBackend() (b Backend, ok bool) {
 		}
 	}
 	return d.DesiredBackend(), true
+}
+
+// reportedBackend is the backend the members report running the Database
+// on in status.clusters, "" when none names one. Should they disagree (never
+// written by one hub), the recorded annotation settles it when it names one
+// of theirs, else the first member's.
+func (d *Database) reportedBackend() Backend {
+	var first Backend
+	recorded := Backend(d.Annotations[AnnotationBackend])
+	for _, c := range d.Status.Clusters {
+		if c.Backend != BackendCloudNativePG && c.Backend != BackendStatefulSet {
+			continue
+		}
+		if c.Backend == recorded {
+			return recorded
+		}
+		if first == "" {
+			first = c.Backend
+		}
+	}
+	return first
+}
+
+// BackendAnnotationChanged is the backend the fleetdb.io/backend annotation
+// names when it is not the one the members report running (status.clusters):
+// the annotation was changed after the first placement. "" when it agrees,
+// is absent, or no member reports a backend.
+func (d *Database) BackendAnnotationChanged() Backend {
+	annotated := Backend(d.Annotations[AnnotationBackend])
+	reported := d.reportedBackend()
+	if annotated == "" || reported == "" || annotated == reported {
+		return ""
+	}
+	return annotated
 }
 
 // DesiredBackend is spec.backend, or the engine's default: CloudNativePG for

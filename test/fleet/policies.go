@@ -16,7 +16,7 @@ import (
 
 // HubPolicies are the admission policies of deploy/hub that the hub's API
 // server enforces itself (no webhook), installed on every harness hub.
-var HubPolicies = []string{"deploy/hub/deletion_protection.yaml"}
+var HubPolicies = []string{"deploy/hub/deletion_protection.yaml", "deploy/hub/backend_record.yaml"}
 
 // ApplyManifests creates the objects of the YAML files (paths relative to the
 // repository root) with c; objects that exist already are left as they are.

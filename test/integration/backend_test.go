@@ -93,3 +93,66 @@ func (e *env) legacyStatefulSet(g Gomega, m string, db *fleetv1alpha1.Database) 
 	}
 	g.Expect(false).To(BeTrue(), "no StatefulSet rendered")
 }
+
+// testBackendAnnotationPinned (issue 42 item 4b): the fleetdb.io/backend
+// annotation of a Ready CloudNativePG Database changed to StatefulSet (here
+// removed and then set, which the hub API server's policy lets through) is
+// not followed: no StatefulSet (an empty database) starts in the member, the
+// client Service keeps leading to CloudNativePG's primary, and the Database
+// says why (Stalled, BackendChanged). A direct change of the annotation from
+// one backend to another is refused at admission.
+func testBackendAnnotationPinned(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("pinned")
+	g.Expect(e.hub.Create(e.ctx, newCNPGDB(ns, "ledger", "m1"))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		db := e.getDB(ns, "ledger")
+		g.Expect(db.Annotations).To(HaveKeyWithValue(fleetv1alpha1.AnnotationBackend, "CloudNativePG"))
+		g.Expect(db.Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+		g.Expect(clusterEntry(db, "m1").Backend).To(Equal(fleetv1alpha1.BackendCloudNativePG))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	var svc corev1.Service
+	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "ledger"}, &svc)).To(Succeed())
+	selector := svc.Spec.Selector
+
+	annotate := func(value string) error {
+		v := "null"
+		if value != "" {
+			v = `"` + value + `"`
+		}
+		return e.hub.Patch(e.ctx, e.getDB(ns, "ledger"), client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"`+fleetv1alpha1.AnnotationBackend+`":`+v+`}}}`)))
+	}
+	g.Expect(annotate("")).To(Succeed(), "removing the annotation is allowed")
+	g.Expect(annotate("StatefulSet")).To(Succeed(), "setting an absent annotation is allowed")
+
+	g.Eventually(func(g Gomega) {
+		db := e.getDB(ns, "ledger")
+		stalled := condition(db.Status.Conditions, fleetv1alpha1.ConditionStalled)
+		g.Expect(stalled.Status).To(Equal(metav1.ConditionTrue), "%+v", db.Status.Conditions)
+		g.Expect(stalled.Reason).To(Equal(fleetv1alpha1.ReasonBackendChanged))
+		g.Expect(stalled.Message).To(And(ContainSubstring(fleetv1alpha1.AnnotationBackend),
+			ContainSubstring("changed to StatefulSet"), ContainSubstring("keeps running CloudNativePG")))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	e.settle(g)
+	err := e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "ledger"}, &appsv1.StatefulSet{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no StatefulSet (an empty database) was started: %v", err)
+	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "ledger"}, &svc)).To(Succeed())
+	g.Expect(svc.Spec.Selector).To(Equal(selector), "the client Service still leads to CloudNativePG's primary")
+	g.Expect(svc.Spec.Selector).To(HaveKeyWithValue("cnpg.io/instanceRole", "primary"))
+	g.Expect(clusterInstances(e, "m1", ns, "ledger")).To(BeEquivalentTo(2))
+	g.Expect(clusterEntry(e.getDB(ns, "ledger"), "m1").Backend).To(Equal(fleetv1alpha1.BackendCloudNativePG))
+
+	// Set back: the Database is Ready again.
+	g.Expect(annotate("CloudNativePG")).NotTo(Succeed(), "from one backend to another is refused at admission")
+	g.Expect(annotate("")).To(Succeed())
+	g.Expect(annotate("CloudNativePG")).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.getDB(ns, "ledger").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+
+	// A direct change from one backend to another is refused at admission.
+	err = annotate("StatefulSet")
+	g.Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "want refused, got %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("cannot be changed to StatefulSet"))
+}

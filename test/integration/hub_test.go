@@ -49,6 +49,7 @@ func TestHub(t *testing.T) {
 	t.Run("a member sync reads the member credentials Secret once, a new Database's not at all", func(t *testing.T) { testMemberSecretReadOnce(t, e) })
 	t.Run("a Database from before backends stays on the StatefulSet backend", func(t *testing.T) { testLegacyBackend(t, e) })
 	t.Run("the backend never flips when the annotation is removed", func(t *testing.T) { testBackendNeverFlips(t, e) })
+	t.Run("a changed backend annotation is not followed", func(t *testing.T) { testBackendAnnotationPinned(t, e) })
 	t.Run("PrimaryStandby wiring: replica, peers, certificates per member", func(t *testing.T) { testTopologyWiring(t, e) })
 }
 

@@ -36,6 +36,24 @@ func backendChanged(db *fleetv1alpha1.Database) string {
 		db.Spec.Backend, db.EffectiveBackend(), db.EffectiveBackend())
 }
 
+// backendAnnotationChanged says why a Database's fleetdb.io/backend
+// annotation is not followed: it was changed after the first placement to
+// another backend than the one its members run (status.clusters). The
+// record is immutable: the hub keeps running the members' backend
+// (Database.KnownBackend) and never starts the other one, which would be an
+// empty database behind the client Service; "" when there is nothing to say.
+func backendAnnotationChanged(db *fleetv1alpha1.Database) string {
+	changed := db.BackendAnnotationChanged()
+	if changed == "" {
+		return ""
+	}
+	running := db.EffectiveBackend()
+	return fmt.Sprintf("the %s annotation was changed to %s but the members run this Database on the %s backend (recorded at its first placement); "+
+		"the recorded backend cannot be changed and fleetdb keeps running %s: set the annotation back to %s (or remove it), "+
+		"or create a new Database to use %s",
+		fleetv1alpha1.AnnotationBackend, changed, running, running, running, changed)
+}
+
 // recordBackend records the backend of a Database that is being placed for
 // the first time in its fleetdb.io/backend annotation (before the finalizer
 // goes on; see Database.EffectiveBackend).

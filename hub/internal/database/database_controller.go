@@ -212,10 +212,14 @@ func (r *databaseReconciler) reconcileProtected(ctx context.Context, s *database
 
 // reconcileBackend settles the backend of a Database that no longer tells
 // it (settleBackend), and stalls a Database whose backend was changed after
-// its members started on another one: switching would start an empty database.
+// its members started on another one (spec.backend, or the recorded
+// fleetdb.io/backend annotation): switching would start an empty database.
 func (r *databaseReconciler) reconcileBackend(ctx context.Context, s *databaseScope) (ctrl.Result, error) {
 	if res, err := r.settleBackend(ctx, s); err != nil {
 		return res, err
+	}
+	if msg := backendAnnotationChanged(s.db); msg != "" {
+		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonBackendChanged, errors.New(msg))
 	}
 	if msg := backendChanged(s.db); msg != "" {
 		return ctrl.Result{}, s.stall(fleetv1alpha1.ReasonBackendChanged, errors.New(msg))
