@@ -51,7 +51,14 @@ func probe(ctx context.Context, rc rest.Interface, timeout time.Duration) probeR
 		return probeResult{err: &failure{reason: fleetv1alpha1.ReasonNotReady, message: truncate("decoding /version: " + err.Error())}}
 	}
 	backends, _ := discoverBackends(ctx, rc)
-	return probeResult{version: info.GitVersion, backends: backends}
+	return probeResult{version: memberVersion(info.GitVersion), backends: backends}
+}
+
+// memberVersion is what the hub stores of a member's reported version: a
+// member is not trusted, and its /version may say anything of any length
+// (status.kubernetesVersion allows fleetv1alpha1.MaxKubernetesVersionLength).
+func memberVersion(v string) string {
+	return statusmsg.Truncate(strings.ToValidUTF8(v, ""), fleetv1alpha1.MaxKubernetesVersionLength)
 }
 
 // preflightAPI asks for /api, which unlike /readyz and /version needs an

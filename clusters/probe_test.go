@@ -1,20 +1,26 @@
 package clusters
 
 import (
+	"context"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 )
@@ -86,4 +92,30 @@ current-context: c
 		g.Expect(cfg.Burst).To(Equal(9))
 		g.Expect(cfg.Timeout).To(BeZero(), "a client timeout would end every watch")
 	})
+}
+
+// TestProbeCutsTheReportedVersion: a member is not trusted; what its
+// /version reports is stored cut to status.kubernetesVersion's bound.
+func TestProbeCutsTheReportedVersion(t *testing.T) {
+	g := NewWithT(t)
+	huge := "v1.36.0-" + strings.Repeat("é", 10000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/readyz":
+			_, _ = w.Write([]byte("ok"))
+		case "/version":
+			_ = json.NewEncoder(w).Encode(map[string]string{"gitVersion": huge})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	rc, err := newProber(&rest.Config{Host: srv.URL}, 5*time.Second)
+	g.Expect(err).NotTo(HaveOccurred())
+	res := probe(context.Background(), rc, 5*time.Second)
+	g.Expect(res.err).To(BeNil())
+	g.Expect(len(res.version)).To(BeNumerically("<=", fleetv1alpha1.MaxKubernetesVersionLength))
+	g.Expect(res.version).To(HavePrefix("v1.36.0-"))
+	g.Expect(utf8.ValidString(res.version)).To(BeTrue())
+	g.Expect(memberVersion("v1.36.3")).To(Equal("v1.36.3"))
 }

@@ -144,6 +144,10 @@ type ConnectionPolicy struct {
 	AllowHTTP bool `json:"allowHTTP,omitempty"`
 }
 
+// MaxKubernetesVersionLength bounds status.kubernetesVersion: the hub stores
+// at most this many bytes of what a member's /version reports.
+const MaxKubernetesVersionLength = 64
+
 // MemberClusterStatus is what the hub's probes observe of a member.
 type MemberClusterStatus struct {
 	// Conditions: Joined and Ready.
@@ -152,8 +156,10 @@ type MemberClusterStatus struct {
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
-	// KubernetesVersion the member's API server reports.
+	// KubernetesVersion the member's API server reports (its /version
+	// gitVersion, cut to MaxKubernetesVersionLength: a member is not trusted).
 	// +optional
+	// +kubebuilder:validation:MaxLength=64
 	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
 	// Backends are the Database backends the member offers, as the hub's
 	// probes discovered them (StatefulSet always; CloudNativePG when the

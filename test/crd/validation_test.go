@@ -235,6 +235,21 @@ teardown: {unreachableTimeout: 90s}
 		g.Expect(mc.Spec.Connection.AllowHTTP).To(BeTrue())
 	})
 
+	t.Run("bounds a MemberCluster's status.kubernetesVersion", func(t *testing.T) {
+		// A member is not trusted: what its /version says is stored cut
+		// (clusters.memberVersion), and the API server holds the bound too.
+		g := NewWithT(t)
+		g.Expect(hub.Create(ctx(t), memberCluster(t, "eu-2", `{kubeconfigSecretRef: {name: eu-2-kubeconfig}}`))).To(Succeed())
+		var mc fleetv1alpha1.MemberCluster
+		g.Expect(hub.Get(ctx(t), client.ObjectKey{Name: "eu-2"}, &mc)).To(Succeed())
+		mc.Status.KubernetesVersion = strings.Repeat("v", fleetv1alpha1.MaxKubernetesVersionLength+1)
+		err := hub.Status().Update(ctx(t), &mc)
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want Invalid, got %v", err)
+		g.Expect(err.Error()).To(ContainSubstring("status.kubernetesVersion"))
+		mc.Status.KubernetesVersion = strings.Repeat("v", fleetv1alpha1.MaxKubernetesVersionLength)
+		g.Expect(hub.Status().Update(ctx(t), &mc)).To(Succeed())
+	})
+
 	t.Run("accepts resources at their bounds and limits equal to requests", func(t *testing.T) {
 		g := NewWithT(t)
 		g.Expect(hub.Create(ctx(t), database(t, "bounds", `
