@@ -18,6 +18,7 @@ func TestAdmissionPolicies(t *testing.T) {
 		"deploy/hub/binds":   "fleetdb-hub-secret-bindings",
 		"deploy/member":      "fleetdb-hub-agent-scope",
 		"deploy/member/pods": "fleetdb-hub-agent-pods",
+		"deploy/member/cnpg": "fleetdb-hub-agent-cnpg",
 	} {
 		base, _, _ := strings.Cut(strings.TrimPrefix(base, "deploy/"), "/")
 		base = "deploy/" + base
