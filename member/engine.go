@@ -99,7 +99,7 @@ timezone = 'UTC'
 				{Name: "PGDATA", Value: "/var/lib/postgresql/data/pgdata"},
 			}
 		},
-		initScript: postgresAppUserScript,
+		initScript:       postgresAppUserScript,
 		readiness:        `exec pg_isready -q -h 127.0.0.1 -p 5432 -U "$POSTGRES_USER"`,
 		checkCredentials: func(string) error { return nil },
 	},
@@ -211,14 +211,14 @@ func secretEnv(name, secret, key string) corev1.EnvVar {
 func (e engine) container(image, secret string, creds map[string][]byte, resources corev1.ResourceRequirements) corev1.Container {
 	tcp := corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(e.name)}}
 	return corev1.Container{
-		Name:    e.name,
-		Image:   image,
-		Command: e.command,
-		Args:    e.args,
-		Ports: []corev1.ContainerPort{{Name: e.name, ContainerPort: e.port, Protocol: corev1.ProtocolTCP}},
-		Env:   e.env(secret, creds),
+		Name:         e.name,
+		Image:        image,
+		Command:      e.command,
+		Args:         e.args,
+		Ports:        []corev1.ContainerPort{{Name: e.name, ContainerPort: e.port, Protocol: corev1.ProtocolTCP}},
+		Env:          e.env(secret, creds),
 		VolumeMounts: e.volumeMounts(),
-		Resources: resources,
+		Resources:    resources,
 		// A first start initialises the data directory with the server
 		// listening on a socket only: the startup probe gives it ten minutes
 		// before liveness may restart the container.
