@@ -40,8 +40,14 @@ type engine struct {
 	configMount string
 	configFile  string
 	config      string
+	// command, when set, replaces the image's entrypoint (args follow it).
+	command []string
 	// args are appended to the image's entrypoint.
 	args []string
+	// initScript, when set, is a script of the ConfigMap (key initScriptKey)
+	// that the image runs once, when it initialises an empty data directory:
+	// mounted as initScriptDir/initScriptKey.
+	initScript string
 	// env builds the container environment from the credentials Secret,
 	// whose data is creds.
 	env func(secret string, creds map[string][]byte) []corev1.EnvVar
@@ -73,15 +79,27 @@ logging_collector = off
 log_timezone = 'UTC'
 timezone = 'UTC'
 `,
-		args: []string{"-c", "config_file=" + configMount + "/postgresql.conf"},
+		// The image makes POSTGRES_USER the superuser: that is "postgres",
+		// whose password is random, drawn at each start and kept nowhere
+		// (the image needs one to initialise; fleetdb never connects as
+		// the superuser, and an administrator reaches it with kubectl exec
+		// over the container's local socket, which initdb trusts). The
+		// application user is created by initScript, no superuser (issue
+		// 42, item 5: a superuser runs shell commands with COPY ... TO
+		// PROGRAM). A data directory initialised before keeps the users
+		// it has: see docs/security.md.
+		command: []string{"sh", "-c", postgresStart, "postgres"},
+		args:    []string{"-c", "config_file=" + configMount + "/postgresql.conf"},
 		env: func(secret string, _ map[string][]byte) []corev1.EnvVar {
 			return []corev1.EnvVar{
-				secretEnv("POSTGRES_USER", secret, CredentialsUsernameKey),
-				secretEnv("POSTGRES_PASSWORD", secret, CredentialsPasswordKey),
+				{Name: "POSTGRES_USER", Value: "postgres"},
+				secretEnv(postgresAppUserEnv, secret, CredentialsUsernameKey),
+				secretEnv(postgresAppPasswordEnv, secret, CredentialsPasswordKey),
 				// A sub-directory, so that a volume's lost+found does not stop initdb.
 				{Name: "PGDATA", Value: "/var/lib/postgresql/data/pgdata"},
 			}
 		},
+		initScript:       postgresAppUserScript,
 		readiness:        `exec pg_isready -q -h 127.0.0.1 -p 5432 -U "$POSTGRES_USER"`,
 		checkCredentials: func(string) error { return nil },
 	},
@@ -128,6 +146,49 @@ max_connections = 151
 	},
 }
 
+// The postgres image's initialisation scripts: initScriptDir holds the
+// files its entrypoint runs (or, for *.sh not executable, sources) once, on
+// an empty data directory (docker-entrypoint.sh docker_process_init_files,
+// docker-library/postgres); initScriptKey is fleetdb's, in the ConfigMap.
+const (
+	initScriptDir = "/docker-entrypoint-initdb.d"
+	initScriptKey = "fleetdb-app-user.sh"
+)
+
+// The application user's name and password in the postgres container.
+const (
+	postgresAppUserEnv     = "FLEETDB_APP_USER"
+	postgresAppPasswordEnv = "FLEETDB_APP_PASSWORD"
+)
+
+// postgresStart runs the image's entrypoint with a superuser password drawn
+// from /dev/urandom (48 hex digits) and kept nowhere: the image refuses to
+// initialise without one, and nothing of fleetdb's uses it.
+const postgresStart = `POSTGRES_PASSWORD="$(od -An -v -N24 -tx1 /dev/urandom | tr -d ' \n')"
+export POSTGRES_PASSWORD
+exec docker-entrypoint.sh "$@"`
+
+// postgresAppUserScript creates the application user as CloudNativePG's
+// initdb does (no superuser, no CREATEDB, CREATEROLE, REPLICATION or
+// BYPASSRLS) and its database, named after it and owned by it. The
+// entrypoint sources it with its temporary server running on the local
+// socket; docker_process_sql connects as the superuser. psql's :"..." and
+// :'...' quote the name and the password.
+const postgresAppUserScript = `# Managed by fleetdb: the application user, no superuser, owning its database.
+case "$` + postgresAppUserEnv + `" in
+  ''|postgres) echo "fleetdb: the application user may be neither empty nor postgres (the superuser)" >&2; exit 1;;
+esac
+POSTGRES_DB= docker_process_sql --dbname postgres --set user="$` + postgresAppUserEnv + `" --set password="$` + postgresAppPasswordEnv + `" <<'EOSQL'
+CREATE ROLE :"user" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD :'password';
+CREATE DATABASE :"user" OWNER :"user";
+EOSQL
+`
+
+// PostgresAppUserScript is the script the StatefulSet backend's postgres
+// runs once, when it initialises its data directory (test/engines runs it
+// against a real server).
+func PostgresAppUserScript() string { return postgresAppUserScript }
+
 func engineFor(e fleetv1alpha1.Engine) (engine, error) {
 	eng, ok := engines[e]
 	if !ok {
@@ -150,16 +211,14 @@ func secretEnv(name, secret, key string) corev1.EnvVar {
 func (e engine) container(image, secret string, creds map[string][]byte, resources corev1.ResourceRequirements) corev1.Container {
 	tcp := corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(e.name)}}
 	return corev1.Container{
-		Name:  e.name,
-		Image: image,
-		Args:  e.args,
-		Ports: []corev1.ContainerPort{{Name: e.name, ContainerPort: e.port, Protocol: corev1.ProtocolTCP}},
-		Env:   e.env(secret, creds),
-		VolumeMounts: []corev1.VolumeMount{
-			{Name: dataVolume, MountPath: e.dataMount},
-			{Name: configVolume, MountPath: e.configMount, ReadOnly: true},
-		},
-		Resources: resources,
+		Name:         e.name,
+		Image:        image,
+		Command:      e.command,
+		Args:         e.args,
+		Ports:        []corev1.ContainerPort{{Name: e.name, ContainerPort: e.port, Protocol: corev1.ProtocolTCP}},
+		Env:          e.env(secret, creds),
+		VolumeMounts: e.volumeMounts(),
+		Resources:    resources,
 		// A first start initialises the data directory with the server
 		// listening on a socket only: the startup probe gives it ten minutes
 		// before liveness may restart the container.
@@ -177,6 +236,19 @@ func (e engine) container(image, secret string, creds map[string][]byte, resourc
 		},
 		SecurityContext: containerSecurityContext(),
 	}
+}
+
+// volumeMounts are the database container's: the data, the ConfigMap, and
+// the ConfigMap's initScript where the image runs it.
+func (e engine) volumeMounts() []corev1.VolumeMount {
+	mounts := []corev1.VolumeMount{
+		{Name: dataVolume, MountPath: e.dataMount},
+		{Name: configVolume, MountPath: e.configMount, ReadOnly: true},
+	}
+	if e.initScript != "" {
+		mounts = append(mounts, corev1.VolumeMount{Name: configVolume, MountPath: initScriptDir + "/" + initScriptKey, SubPath: initScriptKey, ReadOnly: true})
+	}
+	return mounts
 }
 
 // ptrTo returns a pointer to v.

@@ -237,8 +237,18 @@ func (r renderer) configMap() *corev1.ConfigMap {
 	return &corev1.ConfigMap{
 		TypeMeta:   typeMeta(corev1.SchemeGroupVersion, "ConfigMap"),
 		ObjectMeta: r.meta(configMapName(r.db.Name)),
-		Data:       map[string]string{r.eng.configFile: r.eng.config},
+		Data:       r.configData(),
 	}
+}
+
+// configData is the ConfigMap's data: the server configuration and the
+// engine's initialisation script, if any.
+func (r renderer) configData() map[string]string {
+	data := map[string]string{r.eng.configFile: r.eng.config}
+	if r.eng.initScript != "" {
+		data[initScriptKey] = r.eng.initScript
+	}
+	return data
 }
 
 func (r renderer) servicePorts() []corev1.ServicePort {

@@ -74,6 +74,36 @@ func (r rendered) sts() *appsv1.StatefulSet {
 	return r.objs["StatefulSet/orders"].(*appsv1.StatefulSet)
 }
 
+// TestRenderPostgresAppUserIsNoSuperuser (issue 42, item 5): the postgres
+// image makes POSTGRES_USER the superuser; the StatefulSet backend gives it
+// the name postgres and a password drawn at start and kept nowhere, never the
+// application credentials, and hands those to the initialisation script that
+// creates the application user as no superuser (test/engines
+// TestPostgresAppUserIsNoSuperuser runs that script against PostgreSQL).
+func TestRenderPostgresAppUserIsNoSuperuser(t *testing.T) {
+	g := NewWithT(t)
+	r := render(t, member.Params{Database: testDatabase(fleetv1alpha1.EnginePostgres), Cluster: "eu-1", Credentials: testCredentials()})
+	ctr := r.sts().Spec.Template.Spec.Containers[0]
+	env := map[string]corev1.EnvVar{}
+	for _, e := range ctr.Env {
+		env[e.Name] = e
+	}
+	g.Expect(env).To(HaveKeyWithValue("POSTGRES_USER", corev1.EnvVar{Name: "POSTGRES_USER", Value: "postgres"}), "the superuser is postgres, not the application user")
+	g.Expect(env).NotTo(HaveKey("POSTGRES_PASSWORD"), "the superuser's password is no credential of the Secret")
+	g.Expect(env).NotTo(HaveKey("POSTGRES_PASSWORD_FILE"))
+	g.Expect(env["FLEETDB_APP_USER"].ValueFrom.SecretKeyRef.Key).To(Equal(member.CredentialsUsernameKey))
+	g.Expect(env["FLEETDB_APP_PASSWORD"].ValueFrom.SecretKeyRef.Key).To(Equal(member.CredentialsPasswordKey))
+	g.Expect(strings.Join(ctr.Command, " ")).To(And(ContainSubstring("/dev/urandom"), ContainSubstring("exec docker-entrypoint.sh")))
+	cm := r.objs["ConfigMap/orders-config"].(*corev1.ConfigMap)
+	g.Expect(cm.Data).To(HaveKeyWithValue("fleetdb-app-user.sh", member.PostgresAppUserScript()))
+	g.Expect(member.PostgresAppUserScript()).To(ContainSubstring("NOSUPERUSER"))
+	g.Expect(ctr.VolumeMounts).To(ContainElement(And(HaveField("MountPath", "/docker-entrypoint-initdb.d/fleetdb-app-user.sh"),
+		HaveField("SubPath", "fleetdb-app-user.sh"), HaveField("ReadOnly", true))))
+	// mysql keeps its own setup (root has its own password).
+	my := render(t, member.Params{Database: testDatabase(fleetv1alpha1.EngineMySQL), Cluster: "eu-1", Credentials: testCredentials()})
+	g.Expect(my.objs["ConfigMap/orders-config"].(*corev1.ConfigMap).Data).NotTo(HaveKey("fleetdb-app-user.sh"))
+}
+
 func TestRenderOrderAndNames(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -181,13 +211,13 @@ func TestRenderEngines(t *testing.T) {
 	}{
 		{
 			engine: fleetv1alpha1.EnginePostgres, wantImage: "docker.io/library/postgres:17", wantPort: 5432,
-			wantEnv: []string{"POSTGRES_USER", "POSTGRES_PASSWORD", "PGDATA"}, wantMount: "/var/lib/postgresql/data",
+			wantEnv: []string{"POSTGRES_USER", "FLEETDB_APP_USER", "FLEETDB_APP_PASSWORD", "PGDATA"}, wantMount: "/var/lib/postgresql/data",
 			wantProbe: "pg_isready", wantConf: "postgresql.conf",
 		},
 		{
 			engine: fleetv1alpha1.EnginePostgres, version: "16.4", repo: "registry.local/library/",
 			wantImage: "registry.local/library/postgres:16.4", wantPort: 5432,
-			wantEnv: []string{"POSTGRES_USER", "POSTGRES_PASSWORD", "PGDATA"}, wantMount: "/var/lib/postgresql/data",
+			wantEnv: []string{"POSTGRES_USER", "FLEETDB_APP_USER", "FLEETDB_APP_PASSWORD", "PGDATA"}, wantMount: "/var/lib/postgresql/data",
 			wantProbe: "pg_isready", wantConf: "postgresql.conf",
 		},
 		{

@@ -41,14 +41,17 @@ type joinOptions struct {
 	name             string
 	memberKubeconfig string
 	memberContext    string
-	server           string
-	labels           string
-	allNamespaces    bool
-	namespaceLabels  string
-	replicationHost  string
-	replicationPort  int32
-	timeout          secondsOrDuration
-	wait             bool
+	// allowInsecure accepts a member kubeconfig with insecure-skip-tls-verify
+	// (spec.connection.allowInsecureSkipTLSVerify's counterpart).
+	allowInsecure   bool
+	server          string
+	labels          string
+	allNamespaces   bool
+	namespaceLabels string
+	replicationHost string
+	replicationPort int32
+	timeout         secondsOrDuration
+	wait            bool
 	// noNamespaceSelector clears the namespace selector join set.
 	noNamespaceSelector bool
 	// given are the tenancy and replication flags on the command line:
@@ -56,6 +59,13 @@ type joinOptions struct {
 	// join that are not given again are kept.
 	given map[string]bool
 }
+
+// flagAllowInsecure accepts a member kubeconfig that skips TLS verification.
+const (
+	flagAllowInsecure  = "allow-insecure-skip-tls-verify"
+	allowInsecureUsage = "accept a --member-kubeconfig with insecure-skip-tls-verify (the member's identity is then not checked: " +
+		"join hands your admin credentials to, and takes the hub's token and CA from, whatever answers; as the hub's spec.connection.allowInsecureSkipTLSVerify)"
+)
 
 // The flags that set a part of the registration.
 const (
@@ -115,6 +125,7 @@ Databases on the member until a platform admin sets spec.namespaceSelector.`,
 	f.StringVar(&j.name, "name", "", "the member's name (same as NAME)")
 	f.StringVar(&j.memberKubeconfig, "member-kubeconfig", "", "admin kubeconfig of the member (required)")
 	f.StringVar(&j.memberContext, "member-context", "", "context of --member-kubeconfig (default: its current context)")
+	f.BoolVar(&j.allowInsecure, flagAllowInsecure, false, allowInsecureUsage)
 	f.StringVar(&j.server, "server", "", "the member API server's address as the hub reaches it (default: the member kubeconfig's)")
 	f.StringVar(&j.labels, flagLabels, "", "the MemberCluster's labels, k=v,... (exactly these: join's labels dropped here are removed; not given: kept)")
 	f.BoolVar(&j.allNamespaces, flagAllNamespaces, false, "let Databases of every hub namespace use the member (spec.namespaceSelector: {})")
@@ -293,6 +304,13 @@ func (j *joinOptions) memberConfig() (*rest.Config, error) {
 	cfg, err := clientcmd.NewNonInteractiveClientConfig(*raw, name, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("--member-kubeconfig %s: %w", j.memberKubeconfig, err)
+	}
+	// Refused as the hub refuses it (clusters/trust.go): join would send the
+	// admin's credentials to an unchecked server and take from it the CA
+	// the hub then trusts for this member.
+	if cfg.Insecure && !j.allowInsecure {
+		return nil, usagef("--member-kubeconfig %s (context %q) sets insecure-skip-tls-verify: the member's identity would not be checked; "+
+			"give the member's CA (certificate-authority-data) instead, or pass --%s", j.memberKubeconfig, name, flagAllowInsecure)
 	}
 	cfg.UserAgent = "kubectl-fleetdb"
 	cfg.Timeout = j.callTimeout()

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -21,6 +22,7 @@ type unjoinOptions struct {
 	force            bool
 	memberKubeconfig string
 	memberContext    string
+	allowInsecure    bool
 }
 
 func newUnjoinCommand(o *options) *cobra.Command {
@@ -43,6 +45,7 @@ Databases off a member first, use kubectl fleetdb drain.`,
 	cmd.Flags().BoolVar(&u.force, "force", false, "unjoin even though Databases are placed on the member (their objects stay there)")
 	cmd.Flags().StringVar(&u.memberKubeconfig, "member-kubeconfig", "", "admin kubeconfig of the member, to remove the hub's identity there")
 	cmd.Flags().StringVar(&u.memberContext, "member-context", "", "context of --member-kubeconfig")
+	cmd.Flags().BoolVar(&u.allowInsecure, flagAllowInsecure, false, allowInsecureUsage)
 	return cmd
 }
 
@@ -52,6 +55,14 @@ func (u *unjoinOptions) run(ctx context.Context, name string) error {
 		return err
 	}
 	out := u.streams.Out
+	// The member kubeconfig is checked before anything is removed.
+	var memberCfg *rest.Config
+	if u.memberKubeconfig != "" {
+		j := &joinOptions{options: u.options, memberKubeconfig: u.memberKubeconfig, memberContext: u.memberContext, allowInsecure: u.allowInsecure}
+		if memberCfg, err = j.memberConfig(); err != nil {
+			return err
+		}
+	}
 	var mc fleetv1alpha1.MemberCluster
 	err = u.call(ctx, func(ctx context.Context) error { return hub.Get(ctx, types.NamespacedName{Name: name}, &mc) })
 	registered := err == nil
@@ -78,8 +89,8 @@ func (u *unjoinOptions) run(ctx context.Context, name string) error {
 		fmt.Fprintf(out, "unjoin: MemberCluster %s is not registered\n", name)
 	}
 	leftIdentity := true
-	if u.memberKubeconfig != "" {
-		if err := u.removeIdentity(ctx); err != nil {
+	if memberCfg != nil {
+		if err := u.removeIdentity(ctx, memberCfg); err != nil {
 			return err
 		}
 		leftIdentity = false
@@ -131,13 +142,12 @@ func (u *unjoinOptions) deleteRegistration(ctx context.Context, hub client.Clien
 	return nil
 }
 
-// removeIdentity deletes deploy/member's objects from the member, but not its Namespace.
-func (u *unjoinOptions) removeIdentity(ctx context.Context) error {
-	j := &joinOptions{options: u.options, memberKubeconfig: u.memberKubeconfig, memberContext: u.memberContext}
-	cfg, err := j.memberConfig()
-	if err != nil {
-		return err
-	}
+// removeIdentity deletes deploy/member's objects from the member, but not
+// its Namespace, in the reverse of their install order: the token and the
+// bindings first, the admission policies last, so that an unjoin cut short
+// (a refused or failed delete, an interrupt) never leaves the identity's
+// token or rights without the policies that confine them.
+func (u *unjoinOptions) removeIdentity(ctx context.Context, cfg *rest.Config) error {
 	member, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return err

@@ -20,14 +20,16 @@ func TestPolicyCoversWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var role rbacv1.ClusterRole
+	var roles []rbacv1.ClusterRole
 	policies := map[string]*admissionregistrationv1.ValidatingAdmissionPolicy{}
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "ClusterRole":
+			var role rbacv1.ClusterRole
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &role); err != nil {
 				t.Fatal(err)
 			}
+			roles = append(roles, role)
 		case "ValidatingAdmissionPolicy":
 			var p admissionregistrationv1.ValidatingAdmissionPolicy
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &p); err != nil {
@@ -37,7 +39,7 @@ func TestPolicyCoversWrites(t *testing.T) {
 		}
 	}
 	scope, pods := policies["fleetdb-hub-agent-scope"], policies["fleetdb-hub-agent-pods"]
-	if role.Name == "" || scope == nil || pods == nil {
+	if len(roles) != 2 || scope == nil || pods == nil {
 		t.Fatalf("deploy/member lacks the ClusterRole or a policy: %v", policies)
 	}
 	matches := func(p *admissionregistrationv1.ValidatingAdmissionPolicy, group, resource string, op admissionregistrationv1.OperationType) bool {
@@ -57,7 +59,11 @@ func TestPolicyCoversWrites(t *testing.T) {
 	withPods := sets.New("apps/statefulsets", "apps/deployments", "apps/daemonsets", "apps/replicasets",
 		"batch/jobs", "batch/cronjobs", "/pods", "/replicationcontrollers")
 	seen := 0
-	for _, rule := range role.Rules {
+	var rules []rbacv1.PolicyRule
+	for _, role := range roles {
+		rules = append(rules, role.Rules...)
+	}
+	for _, rule := range rules {
 		if slices.Contains(rule.Verbs, "*") || slices.Contains(rule.Resources, "*") || slices.Contains(rule.APIGroups, "*") {
 			t.Errorf("wildcard in %+v", rule)
 		}

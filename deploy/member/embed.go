@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -28,8 +29,25 @@ const (
 	TokenSecret = "fleetdb-hub-agent-token"
 )
 
-// Render builds the kustomization and returns its objects in kustomize's
-// order (the Namespace first).
+// installOrder ranks deploy/member's kinds in the order join applies them:
+// the admission policies that confine the identity before anything that
+// grants it rights, and the token last, so that a join cut short never
+// leaves a token that the policies do not guard. unjoin removes them in the
+// reverse order (token and bindings first, policies last) for the same
+// reason.
+var installOrder = map[string]int{
+	"Namespace":                        0,
+	"ValidatingAdmissionPolicy":        1,
+	"ValidatingAdmissionPolicyBinding": 2,
+	"ServiceAccount":                   3,
+	"ClusterRole":                      4,
+	"ClusterRoleBinding":               5,
+	"Secret":                           6,
+}
+
+// Render builds the kustomization and returns its objects in install
+// order (installOrder: the Namespace first, then the admission policies,
+// the token last); delete them in the reverse order.
 func Render() ([]*unstructured.Unstructured, error) {
 	mem := filesys.MakeFsInMemory()
 	const dir = "/member"
@@ -56,7 +74,14 @@ func Render() ([]*unstructured.Unstructured, error) {
 		if err != nil {
 			return nil, fmt.Errorf("deploy/member: %w", err)
 		}
-		out = append(out, &unstructured.Unstructured{Object: m})
+		u := &unstructured.Unstructured{Object: m}
+		if _, known := installOrder[u.GetKind()]; !known {
+			return nil, fmt.Errorf("deploy/member: %s %s has no place in the install order", u.GetKind(), u.GetName())
+		}
+		out = append(out, u)
 	}
+	slices.SortStableFunc(out, func(a, b *unstructured.Unstructured) int {
+		return installOrder[a.GetKind()] - installOrder[b.GetKind()]
+	})
 	return out, nil
 }

@@ -84,8 +84,14 @@ func TestMemberAccess(t *testing.T) {
 			{authorizationv1.ResourceAttributes{Verb: "delete", Resource: "persistentvolumeclaims", Namespace: "team-a"}, true},
 			{authorizationv1.ResourceAttributes{Verb: "create", Resource: "namespaces"}, true},
 			{authorizationv1.ResourceAttributes{Verb: "get", Resource: "namespaces", Name: "team-a"}, true},
-			// RBAC cannot narrow reads by label: docs/security.md says so.
-			{authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: "kube-system"}, true},
+			// RBAC cannot narrow reads by label: docs/security.md says so
+			// for the kinds the hub's member caches watch cluster-wide.
+			// ConfigMaps and Jobs are read only through the role the hub
+			// binds per managed namespace (issue 42, item 3).
+			{authorizationv1.ResourceAttributes{Verb: "get", Group: "apps", Resource: "statefulsets", Namespace: "kube-system"}, true},
+			{authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: "kube-system"}, false},
+			{authorizationv1.ResourceAttributes{Verb: "list", Resource: "configmaps"}, false},
+			{authorizationv1.ResourceAttributes{Verb: "list", Group: "batch", Resource: "jobs"}, false},
 			{authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: "kube-system"}, false},
 			{authorizationv1.ResourceAttributes{Verb: "list", Resource: "namespaces"}, false},
 			{authorizationv1.ResourceAttributes{Verb: "delete", Resource: "namespaces"}, false},

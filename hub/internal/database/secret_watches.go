@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,7 +20,9 @@ import (
 )
 
 // secretWatches holds the hub's Secret access in its members, namespace by
-// namespace (issue 25, item 11). The member identity may read Secrets only
+// namespace (issue 25, item 11), and its ConfigMap reads with it (issue 42,
+// item 3: the role bound per namespace grants both; ConfigMaps are watched
+// here as Secrets are). The member identity may read Secrets only
 // in the managed namespaces where the hub bound fleetdb-hub-agent-secrets
 // to itself (member.SecretAccess), so a member's cluster cache cannot watch
 // Secrets cluster-wide (MemberClusterOptions reads them live instead). What
@@ -112,17 +115,20 @@ func (w *secretWatches) watch(ctx context.Context, name string, cl cluster.Clust
 		DefaultLabelSelector: labels.SelectorFromSet(labels.Set{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue}),
 	})
 	if err == nil {
-		err = w.handle(ctx, name, c)
+		err = w.handle(ctx, name, c, &corev1.Secret{}, corev1.SchemeGroupVersion.WithKind("Secret"))
+	}
+	if err == nil {
+		err = w.handle(ctx, name, c, &corev1.ConfigMap{}, corev1.SchemeGroupVersion.WithKind("ConfigMap"))
 	}
 	if err != nil {
 		w.unwatch(name, cl, ns)
-		return fmt.Errorf("watching fleetdb's Secrets in namespace %s: %w", ns, err)
+		return fmt.Errorf("watching fleetdb's Secrets and ConfigMaps in namespace %s: %w", ns, err)
 	}
 	go func() { _ = c.Start(e.ctx) }()
 	if !c.WaitForCacheSync(ctx) {
 		// Started all the same: it syncs in the member's context, and its
 		// events enqueue the syncs that need it.
-		return fmt.Errorf("watching fleetdb's Secrets in namespace %s: the first list did not finish in time", ns)
+		return fmt.Errorf("watching fleetdb's Secrets and ConfigMaps in namespace %s: the first list did not finish in time", ns)
 	}
 	return nil
 }
@@ -135,15 +141,14 @@ func (w *secretWatches) unwatch(name string, cl cluster.Cluster, ns string) {
 	}
 }
 
-// handle maps the Secret events of c to member syncs of their Database; an
-// update that shows what the hub's own last apply returned brings nothing new
-// (as memberObjectEvents does for the other kinds).
-func (w *secretWatches) handle(ctx context.Context, name string, c cache.Cache) error {
-	inf, err := c.GetInformer(ctx, &corev1.Secret{})
+// handle maps the events of c on obj's kind (gvk) to member syncs of their
+// Database; an update that shows what the hub's own last apply returned
+// brings nothing new (as memberObjectEvents does for the other kinds).
+func (w *secretWatches) handle(ctx context.Context, name string, c cache.Cache, obj client.Object, gvk schema.GroupVersionKind) error {
+	inf, err := c.GetInformer(ctx, obj)
 	if err != nil {
 		return err
 	}
-	gvk := corev1.SchemeGroupVersion.WithKind("Secret")
 	enqueue := func(obj any, own bool) {
 		if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 			obj = t.Obj

@@ -154,12 +154,14 @@ func (s *Sweeper) setAttempts(cluster string, n int) {
 	s.attempts[cluster] = n
 }
 
-// findLeftovers lists the Databases whose labelled StatefulSets, ConfigMaps
-// or Services (the CloudNativePG backend has neither of the first two) the
-// member holds.
+// findLeftovers lists the Databases whose labelled StatefulSets or Services
+// (the CloudNativePG backend has no StatefulSet) the member holds. ConfigMaps
+// and Secrets are not listed: the hub may read them only in the namespaces
+// where it bound its role (issue 42, item 3); a teardown removes them after
+// the Services, and a leftover of those alone is found by its tombstone.
 func (s *Sweeper) findLeftovers(ctx context.Context, c client.Reader) (map[leftover]bool, error) {
 	found := map[leftover]bool{}
-	lists := []client.ObjectList{&appsv1.StatefulSetList{}, &corev1.ConfigMapList{}, &corev1.ServiceList{}}
+	lists := []client.ObjectList{&appsv1.StatefulSetList{}, &corev1.ServiceList{}}
 	for _, list := range lists {
 		if err := c.List(ctx, list); err != nil {
 			return nil, err
