@@ -79,8 +79,25 @@ type recoverySources struct {
 	// namespace/name torn down with Retain, by this hub, in this very hub
 	// namespace (same Namespace UID); nil if none applies.
 	retained *tombstones.Retained
+	// skipped are the hub's tombstones of earlier Databases of this
+	// namespace/name (in this hub Namespace) whose teardown it skipped in
+	// some members: a later Database of the name adopts what it finds
+	// there (see docs/data-safety.md, the reconnect sweep).
+	skipped []tombstones.Tombstone
+	// skippedUIDs are their Database UIDs, in the same order.
+	skippedUIDs []types.UID
 	// told is the UID AnnotationAdoptCredentials names, if any.
 	told types.UID
+}
+
+// skippedIn says whether a tombstone of uid names member.
+func (src recoverySources) skippedIn(uid types.UID, member string) bool {
+	for i, ts := range src.skipped {
+		if uid != "" && src.skippedUIDs[i] == uid && slices.Contains(ts.Members, member) {
+			return true
+		}
+	}
+	return false
 }
 
 // accepts says whether the copy s, read in member, may restore the
@@ -100,6 +117,8 @@ func (src recoverySources) accepts(s *corev1.Secret, db *fleetv1alpha1.Database,
 			return true, false
 		case from != "" && src.current[member] && (from == db.UID || from == src.told):
 			return true, from == db.UID
+		case src.skippedIn(from, member):
+			return true, false
 		}
 		return false, false
 	}
@@ -111,6 +130,8 @@ func (src recoverySources) accepts(s *corev1.Secret, db *fleetv1alpha1.Database,
 		// The retained Secret, relabelled by the member's admins.
 		return true, false
 	case src.told != "" && uid == src.told && src.current[member]:
+		return true, false
+	case src.skippedIn(uid, member):
 		return true, false
 	}
 	return false, false
@@ -145,7 +166,7 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 			src.current[name] = true
 		}
 	}
-	if src.retained, err = r.retainedRecord(ctx, db); err != nil {
+	if src.retained, src.skipped, src.skippedUIDs, err = r.hubRecords(ctx, db); err != nil {
 		return res, err
 	}
 	registered := map[string]bool{}
@@ -155,6 +176,11 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 	read := maps.Clone(src.current)
 	if src.retained != nil {
 		for _, name := range src.retained.Members {
+			read[name] = true
+		}
+	}
+	for _, ts := range src.skipped {
+		for _, name := range ts.Members {
 			read[name] = true
 		}
 	}
@@ -204,26 +230,39 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 	return res, nil
 }
 
-// retainedRecord is the hub's record of the Retain teardown of an earlier
-// Database of db's namespace/name that db may adopt: written by this hub
-// (its identity), for a Database of another UID, in the same hub Namespace
-// (its UID: a namespace deleted and created again is a new tenant's).
-func (r *databaseReconciler) retainedRecord(ctx context.Context, db *fleetv1alpha1.Database) (*tombstones.Retained, error) {
+// hubRecords are the hub's records of earlier Databases of db's
+// namespace/name that db may adopt the credentials of: the Retain record
+// (written by this hub, its identity, for another UID, in the same hub
+// Namespace: a namespace deleted and created again is a new tenant's) and
+// the tombstones of skipped teardowns (in the same hub Namespace, or
+// written before tombstones recorded it).
+func (r *databaseReconciler) hubRecords(ctx context.Context, db *fleetv1alpha1.Database) (
+	retained *tombstones.Retained, skipped []tombstones.Tombstone, skippedUIDs []types.UID, err error) {
 	if r.tombstones == nil {
-		return nil, nil
-	}
-	rec, err := r.tombstones.RetainedFor(ctx, db.Namespace, db.Name)
-	if err != nil || rec == nil {
-		return nil, err
+		return nil, nil, nil, nil
 	}
 	var ns corev1.Namespace
 	if err := r.hub.Get(ctx, client.ObjectKey{Name: db.Namespace}, &ns); err != nil {
-		return nil, fmt.Errorf("reading namespace %s: %w", db.Namespace, err)
+		return nil, nil, nil, fmt.Errorf("reading namespace %s: %w", db.Namespace, err)
 	}
-	if rec.UID == db.UID || rec.NamespaceUID != ns.UID || rec.HubID != r.opts.HubID {
-		return nil, nil
+	rec, err := r.tombstones.RetainedFor(ctx, db.Namespace, db.Name)
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	return rec, nil
+	if rec != nil && rec.UID != db.UID && rec.NamespaceUID == ns.UID && rec.HubID == r.opts.HubID {
+		retained = rec
+	}
+	all, err := r.tombstones.All(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, uid := range slices.Sorted(maps.Keys(all)) {
+		ts := all[uid]
+		if uid != db.UID && ts.Namespace == db.Namespace && ts.Name == db.Name && (ts.NamespaceUID == "" || ts.NamespaceUID == ns.UID) {
+			skipped, skippedUIDs = append(skipped, ts), append(skippedUIDs, uid)
+		}
+	}
+	return retained, skipped, skippedUIDs, nil
 }
 
 // memberCredentials reads the Database's credentials Secret in one member

@@ -279,7 +279,12 @@ func (r *databaseReconciler) teardownSettled(ctx context.Context, db *fleetv1alp
 	if noBackup && fbp == fleetv1alpha1.FinalBackupRequired {
 		policy = fleetv1alpha1.DeletionPolicyRetain
 	}
-	if err := r.tombstones.Record(ctx, db, name, policy); err != nil {
+	var ns corev1.Namespace
+	err := r.hub.Get(ctx, client.ObjectKey{Name: db.Namespace}, &ns)
+	if err == nil {
+		err = r.tombstones.Record(ctx, db, ns.UID, name, policy)
+	}
+	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "recording a tombstone; teardown of the member keeps blocking", "cluster", name)
 		return false, teardownPoll, false
 	}

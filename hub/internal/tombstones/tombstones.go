@@ -37,6 +37,10 @@ type Tombstone struct {
 	Policy fleetv1alpha1.DeletionPolicy `json:"policy"`
 	// Policies is the policy recorded last for each member.
 	Policies map[string]fleetv1alpha1.DeletionPolicy `json:"policies,omitempty"`
+	// NamespaceUID is the UID of the Database's hub Namespace (empty in
+	// tombstones written before it was recorded): a later Database of the
+	// name takes a copy of the credentials it left only in that Namespace.
+	NamespaceUID types.UID `json:"namespaceUID,omitempty"`
 	// Members still to sweep.
 	Members  []string  `json:"members"`
 	Recorded time.Time `json:"recorded"`
@@ -82,11 +86,15 @@ func (t *Store) All(ctx context.Context) (map[types.UID]Tombstone, error) {
 // recorded for (UID, member) is the one the sweep uses (a placement removal
 // recorded with spec.teardown.onPlacementRemoval, then the deletion with
 // spec.deletionPolicy: the deletion's applies).
-func (t *Store) Record(ctx context.Context, db *fleetv1alpha1.Database, member string, policy fleetv1alpha1.DeletionPolicy) error {
+// nsUID is the UID of the Database's hub Namespace.
+func (t *Store) Record(ctx context.Context, db *fleetv1alpha1.Database, nsUID types.UID, member string, policy fleetv1alpha1.DeletionPolicy) error {
 	return t.update(ctx, func(all map[types.UID]Tombstone) {
 		ts, ok := all[db.UID]
 		if !ok {
 			ts = Tombstone{Namespace: db.Namespace, Name: db.Name, Policy: policy, Recorded: time.Now().UTC()}
+		}
+		if ts.NamespaceUID == "" {
+			ts.NamespaceUID = nsUID
 		}
 		if !slices.Contains(ts.Members, member) {
 			ts.Members = append(ts.Members, member)
