@@ -245,20 +245,16 @@ func (r *databaseReconciler) hubRecords(ctx context.Context, db *fleetv1alpha1.D
 	if err := r.hub.Get(ctx, client.ObjectKey{Name: db.Namespace}, &ns); err != nil {
 		return nil, nil, nil, fmt.Errorf("reading namespace %s: %w", db.Namespace, err)
 	}
-	rec, err := r.tombstones.RetainedFor(ctx, db.Namespace, db.Name)
+	rec, stones, err := r.tombstones.For(ctx, db.Namespace, db.Name)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	if rec != nil && rec.UID != db.UID && rec.NamespaceUID == ns.UID && rec.HubID == r.opts.HubID {
 		retained = rec
 	}
-	all, err := r.tombstones.All(ctx)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	for _, uid := range slices.Sorted(maps.Keys(all)) {
-		ts := all[uid]
-		if uid != db.UID && ts.Namespace == db.Namespace && ts.Name == db.Name && (ts.NamespaceUID == "" || ts.NamespaceUID == ns.UID) {
+	for _, uid := range slices.Sorted(maps.Keys(stones)) {
+		ts := stones[uid]
+		if uid != db.UID && (ts.NamespaceUID == "" || ts.NamespaceUID == ns.UID) {
 			skipped, skippedUIDs = append(skipped, ts), append(skippedUIDs, uid)
 		}
 	}

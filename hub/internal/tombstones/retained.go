@@ -83,14 +83,16 @@ func (t *Store) RecordRetained(ctx context.Context, r Retained) error {
 	})
 }
 
-// RetainedFor returns the newest retained record of namespace/name, or nil.
-func (t *Store) RetainedFor(ctx context.Context, namespace, name string) (*Retained, error) {
+// For returns, from one read, the newest retained record of
+// namespace/name (nil if none) and the tombstones (by Database UID) of
+// that namespace/name.
+func (t *Store) For(ctx context.Context, namespace, name string) (*Retained, map[types.UID]Tombstone, error) {
 	var cm corev1.ConfigMap
 	if err := t.Live.Get(ctx, t.key(), &cm); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, nil
+			return nil, nil, nil
 		}
-		return nil, fmt.Errorf("reading the retained records: %w", err)
+		return nil, nil, fmt.Errorf("reading tombstones: %w", err)
 	}
 	var best *Retained
 	for _, r := range decodeRetained(ctx, cm.Data) {
@@ -98,7 +100,13 @@ func (t *Store) RetainedFor(ctx context.Context, namespace, name string) (*Retai
 			best = &r
 		}
 	}
-	return best, nil
+	stones := map[types.UID]Tombstone{}
+	for uid, ts := range decodeTombstones(ctx, &cm) {
+		if ts.Namespace == namespace && ts.Name == name {
+			stones[uid] = ts
+		}
+	}
+	return best, stones, nil
 }
 
 func decodeRetained(ctx context.Context, data map[string]string) []Retained {
