@@ -29,7 +29,7 @@ func TestSafety(t *testing.T) {
 	for _, m := range []string{"s1", "s2", "s3", "s4", "s5"} {
 		e.sim.enable(m, true)
 	}
-	t.Run("credentials are recovered from a placed member only when told to", func(t *testing.T) { testCredentialsAnyMember(t, e) })
+	t.Run("credentials are recovered from a placed member only when told to", func(t *testing.T) { testCredentialsToldTo(t, e) })
 	t.Run("a copy in an unplaced member is never taken", func(t *testing.T) { testCredentialsUnplaced(t, e) })
 	t.Run("a planted released copy is never taken by a Database that never ran", func(t *testing.T) { testCredentialsPlantedReleased(t, e) })
 	t.Run("another Database's password in a member is never overwritten", func(t *testing.T) { testCredentialsGuard(t, e) })
@@ -75,14 +75,14 @@ func (e *env) forget(g Gomega, ns, name string) {
 	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
 }
 
-// testCredentialsAnyMember (item 1; issue 42 item 1): a Database recreated
+// testCredentialsToldTo (item 1; issue 42 item 1): a Database recreated
 // from Git after its hub Secret was lost takes the password its data was
 // initialised with only when told to (fleetdb.io/adopt-credentials-of naming
 // the earlier UID), and only from a member it is placed on. Untold, it gets
 // a new password, and the member holding the earlier one shows Conflict
 // (its Secret never replaced); told, with its hub Secret deleted, it
 // recovers the earlier password.
-func testCredentialsAnyMember(t *testing.T, e *env) {
+func testCredentialsToldTo(t *testing.T, e *env) {
 	g := NewWithT(t)
 	ns := e.namespace("creds-any")
 	g.Expect(e.hub.Create(e.ctx, newDB(ns, "keys", "s1", "s2"))).To(Succeed())
