@@ -171,13 +171,20 @@ func releaseClaims(ctx context.Context, c client.Client, u *unstructured.Unstruc
 	return errs.ErrorOrNil()
 }
 
-// patchLabelsAway strips fleetdb's labels from obj.
+// patchLabelsAway strips fleetdb's labels from obj, recording the Database
+// UID it carried in AnnotationReleasedUID.
 func patchLabelsAway(ctx context.Context, c client.Client, obj client.Object) error {
 	strip := map[string]any{}
 	for _, l := range releasedLabels {
 		strip[l] = nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": strip}})
+	meta := map[string]any{"labels": strip}
+	if uid := obj.GetLabels()[fleetv1alpha1.LabelDatabaseUID]; uid != "" {
+		// The UID it was released from: a Database told to adopt it
+		// (AnnotationAdoptCredentials) is matched against it.
+		meta["annotations"] = map[string]any{fleetv1alpha1.AnnotationReleasedUID: uid}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
 		return err
 	}

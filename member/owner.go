@@ -115,8 +115,14 @@ func guardOwnership(desired, cur client.Object) error {
 	ds, ok1 := desired.(*corev1.Secret)
 	cs, ok2 := cur.(*corev1.Secret)
 	if ok1 && ok2 && !sameUID && !bytes.Equal(ds.Data["password"], cs.Data["password"]) {
-		return conflict(fmt.Sprintf("holds the password of an earlier Database of this name (uid %s); not replaced",
-			have[fleetv1alpha1.LabelDatabaseUID]))
+		uid := have[fleetv1alpha1.LabelDatabaseUID]
+		if uid == "" {
+			uid = cur.GetAnnotations()[fleetv1alpha1.AnnotationReleasedUID]
+		}
+		return conflict(fmt.Sprintf("holds the password of an earlier Database of this name (uid %s); not replaced: "+
+			"to run on what it guards, set the Database's annotation %s to that UID and delete its hub Secret; "+
+			"to start afresh, remove this Secret (and that Database's volume claims) from the member",
+			uid, fleetv1alpha1.AnnotationAdoptCredentials))
 	}
 	return nil
 }

@@ -60,6 +60,17 @@ const (
 	// objects, for people reading them. The hub never acts on it: the
 	// reconnect sweep uses the policy it recorded itself (TombstonesConfigMap).
 	AnnotationDeletionPolicy = "fleetdb.io/deletion-policy"
+	// AnnotationReleasedUID records, on a member object a teardown released
+	// (fleetdb's labels stripped), the Database UID it was labelled with:
+	// what AnnotationAdoptCredentials is matched against.
+	AnnotationReleasedUID = "fleetdb.io/released-database-uid"
+	// AnnotationAdoptCredentials on a Database names the UID of an earlier
+	// Database of the same namespace/name whose credentials (and so its
+	// data) it is to take over when the hub has no record of that one's
+	// Retain teardown: a hub rebuilt from Git or a backup, a record evicted.
+	// Only a member copy labelled with that UID (or released from it), in a
+	// member the Database is placed on, is taken.
+	AnnotationAdoptCredentials = "fleetdb.io/adopt-credentials-of"
 
 	// AnnotationBackend is the hub's record, on the Database, of the backend
 	// its members run: written together with the teardown finalizer at the

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 	"time"
@@ -28,9 +29,12 @@ func TestSafety(t *testing.T) {
 	for _, m := range []string{"s1", "s2", "s3", "s4", "s5"} {
 		e.sim.enable(m, true)
 	}
-	t.Run("credentials are recovered from any member that holds them", func(t *testing.T) { testCredentialsAnyMember(t, e) })
+	t.Run("credentials are recovered from a placed member only when told to", func(t *testing.T) { testCredentialsToldTo(t, e) })
+	t.Run("a copy in an unplaced member is never taken", func(t *testing.T) { testCredentialsUnplaced(t, e) })
+	t.Run("a planted released copy is never taken by a Database that never ran", func(t *testing.T) { testCredentialsPlantedReleased(t, e) })
 	t.Run("another Database's password in a member is never overwritten", func(t *testing.T) { testCredentialsGuard(t, e) })
 	t.Run("a Database recreated on retained data gets its password back", func(t *testing.T) { testCredentialsRetained(t, e) })
+	t.Run("a retained password goes only to a Database this hub recorded it for", func(t *testing.T) { testRetainedOtherHub(t, e) })
 	t.Run("dropping a member keeps its data by default", func(t *testing.T) { testPlacementRemoval(t, e) })
 	t.Run("a PVC is never deleted in the pass that deletes its StatefulSet", func(t *testing.T) { testPVCAfterStatefulSet(t, e) })
 	t.Run("a member removed from the registry is left alone and reported", func(t *testing.T) { testMemberRemoved(t, e) })
@@ -71,27 +75,118 @@ func (e *env) forget(g Gomega, ns, name string) {
 	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
 }
 
-// testCredentialsAnyMember (item 1): a Database recreated from Git after its
-// hub Secret was lost recovers the password from members that hold it even
-// when they are not in its placement nor its status.
-func testCredentialsAnyMember(t *testing.T, e *env) {
+// testCredentialsToldTo (item 1; issue 42 item 1): a Database recreated
+// from Git after its hub Secret was lost takes the password its data was
+// initialised with only when told to (fleetdb.io/adopt-credentials-of naming
+// the earlier UID), and only from a member it is placed on. Untold, it gets
+// a new password, and the member holding the earlier one shows Conflict
+// (its Secret never replaced); told, with its hub Secret deleted, it
+// recovers the earlier password.
+func testCredentialsToldTo(t *testing.T, e *env) {
 	g := NewWithT(t)
 	ns := e.namespace("creds-any")
 	g.Expect(e.hub.Create(e.ctx, newDB(ns, "keys", "s1", "s2"))).To(Succeed())
 	e.waitPhase(g, ns, "keys", fleetv1alpha1.PhaseReady)
 	orig, err := e.secretIn("s1", ns, "keys-credentials")
 	g.Expect(err).NotTo(HaveOccurred())
+	oldUID := orig.Labels[fleetv1alpha1.LabelDatabaseUID]
+	g.Expect(oldUID).NotTo(BeEmpty())
 	e.forget(g, ns, "keys")
 
-	g.Expect(e.hub.Create(e.ctx, newDB(ns, "keys", "s3"))).To(Succeed())
-	e.waitPhase(g, ns, "keys", fleetv1alpha1.PhaseReady)
-	var hubSecret corev1.Secret
-	g.Expect(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "keys-credentials"}, &hubSecret)).To(Succeed())
-	g.Expect(hubSecret.Data["password"]).To(Equal(orig.Data["password"]), "the password the data was initialised with")
-	s3, err := e.secretIn("s3", ns, "keys-credentials")
+	// Untold: a new password, s1's Secret untouched (Conflict there).
+	g.Expect(e.hub.Create(e.ctx, newDB(ns, "keys", "s1"))).To(Succeed())
+	hubKey := client.ObjectKey{Namespace: ns, Name: "keys-credentials"}
+	g.Eventually(func(g Gomega) {
+		var hubSecret corev1.Secret
+		g.Expect(e.hub.Get(e.ctx, hubKey, &hubSecret)).To(Succeed())
+		g.Expect(bytes.Equal(hubSecret.Data["password"], orig.Data["password"])).To(BeFalse(), "taken without being told to")
+		db := e.getDB(ns, "keys")
+		g.Expect(clusterEntry(db, "s1").Phase).To(Equal(fleetv1alpha1.ClusterPhaseConflict))
+		g.Expect(clusterEntry(db, "s1").Message).To(ContainSubstring(fleetv1alpha1.AnnotationAdoptCredentials))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Eventually(e.eventSeen(ns, "CredentialsNotAdopted", "s1")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	s1, err := e.secretIn("s1", ns, "keys-credentials")
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s3.Data["password"]).To(Equal(orig.Data["password"]))
+	g.Expect(s1.ResourceVersion).To(Equal(orig.ResourceVersion), "the earlier Database's Secret was written to")
+
+	// Told: the annotation, and the hub Secret deleted (the documented steps).
+	db := e.getDB(ns, "keys")
+	patch := client.MergeFrom(db.DeepCopy())
+	db.Annotations = map[string]string{fleetv1alpha1.AnnotationAdoptCredentials: oldUID}
+	g.Expect(e.hub.Patch(e.ctx, db, patch)).To(Succeed())
+	g.Expect(e.hub.Delete(e.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "keys-credentials"}})).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		var hubSecret corev1.Secret
+		g.Expect(e.hub.Get(e.ctx, hubKey, &hubSecret)).To(Succeed())
+		g.Expect(bytes.Equal(hubSecret.Data["password"], orig.Data["password"])).To(BeTrue(), "the password the data was initialised with")
+		g.Expect(clusterEntry(e.getDB(ns, "keys"), "s1").Phase).NotTo(Equal(fleetv1alpha1.ClusterPhaseConflict))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	g.Eventually(e.eventSeen(ns, "CredentialsRecovered", "s1")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	e.waitPhase(g, ns, "keys", fleetv1alpha1.PhaseReady)
+	s1, err = e.secretIn("s1", ns, "keys-credentials")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s1.Data["password"]).To(Equal(orig.Data["password"]))
+}
+
+// testCredentialsUnplaced (issue 42 item 1): a credentials Secret labelled
+// for the Database's name (and this hub) in a member the Database is not
+// placed on is never taken: the hub generates a new password.
+func testCredentialsUnplaced(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("creds-unplaced")
+	g.Expect(e.member("s3").Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	planted := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fresh-credentials", Labels: map[string]string{
+			fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue, fleetv1alpha1.LabelDatabaseNamespace: ns,
+			fleetv1alpha1.LabelDatabaseName: "fresh", fleetv1alpha1.LabelDatabaseUID: "an-earlier-uid",
+			fleetv1alpha1.LabelHubID: e.hubID(g),
+		}},
+		Data: map[string][]byte{"username": []byte("app"), "password": []byte("chosen-by-s3s-admin")},
+	}
+	g.Expect(e.member("s3").Create(e.ctx, planted)).To(Succeed())
+
+	g.Expect(e.hub.Create(e.ctx, newDB(ns, "fresh", "s1"))).To(Succeed())
+	e.waitPhase(g, ns, "fresh", fleetv1alpha1.PhaseReady)
+	var hubSecret corev1.Secret
+	g.Expect(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "fresh-credentials"}, &hubSecret)).To(Succeed())
+	g.Expect(string(hubSecret.Data["password"]) == "chosen-by-s3s-admin").To(BeFalse(), "the password came from an unplaced member")
+	s1, err := e.secretIn("s1", ns, "fresh-credentials")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s1.Data["password"]).To(Equal(hubSecret.Data["password"]))
+}
+
+// testCredentialsPlantedReleased (issue 42 item 1): an unlabelled Secret
+// that looks released by a Retain teardown (the deletion-policy annotation,
+// even a released UID) in a placed member, for a Database that never ran
+// and that the hub has no Retain record of, is never taken: a new password,
+// and the member shows Conflict with its Secret untouched.
+func testCredentialsPlantedReleased(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("creds-planted")
+	g.Expect(e.member("s2").Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	planted := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "novel-credentials", Annotations: map[string]string{
+			fleetv1alpha1.AnnotationDeletionPolicy: "Retain", fleetv1alpha1.AnnotationReleasedUID: "an-earlier-uid",
+		}},
+		Data: map[string][]byte{"username": []byte("app"), "password": []byte("chosen-by-s2s-admin")},
+	}
+	g.Expect(e.member("s2").Create(e.ctx, planted)).To(Succeed())
+
+	g.Expect(e.hub.Create(e.ctx, newDB(ns, "novel", "s1", "s2"))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		var hubSecret corev1.Secret
+		g.Expect(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "novel-credentials"}, &hubSecret)).To(Succeed())
+		g.Expect(string(hubSecret.Data["password"]) == "chosen-by-s2s-admin").To(BeFalse(), "the planted password was taken")
+		db := e.getDB(ns, "novel")
+		g.Expect(clusterEntry(db, "s2").Phase).To(Equal(fleetv1alpha1.ClusterPhaseConflict))
+		g.Expect(clusterEntry(db, "s1").Phase).To(Equal(fleetv1alpha1.ClusterPhaseReady))
+		s1, err := e.secretIn("s1", ns, "novel-credentials")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(s1.Data["password"]).To(Equal(hubSecret.Data["password"]))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	s2, err := e.secretIn("s2", ns, "novel-credentials")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s2.ResourceVersion).To(Equal(planted.ResourceVersion), "the planted Secret was written to")
 }
 
 // testCredentialsWait (item 1): with the hub Secret gone and the only member
@@ -105,6 +200,8 @@ func testCredentialsWait(t *testing.T, e *env) {
 	orig, err := e.secretIn("s2", ns, "vault-credentials")
 	g.Expect(err).NotTo(HaveOccurred())
 	e.forget(g, ns, "vault")
+	told := newDB(ns, "vault", "s2") // restored from Git, told to adopt the earlier password
+	told.Annotations = map[string]string{fleetv1alpha1.AnnotationAdoptCredentials: orig.Labels[fleetv1alpha1.LabelDatabaseUID]}
 
 	e.proxies["s2"].Cut()
 	restored := false
@@ -119,7 +216,7 @@ func testCredentialsWait(t *testing.T, e *env) {
 		g.Expect(condition(mc.Status.Conditions, fleetv1alpha1.MemberConditionReady).Status).NotTo(Equal(metav1.ConditionTrue))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
-	g.Expect(e.hub.Create(e.ctx, newDB(ns, "vault", "s2"))).To(Succeed())
+	g.Expect(e.hub.Create(e.ctx, told)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		db := e.getDB(ns, "vault")
 		ready := condition(db.Status.Conditions, fleetv1alpha1.ConditionReady)
@@ -219,6 +316,61 @@ func testCredentialsRetained(t *testing.T, e *env) {
 	now, err := e.secretIn("s1", ns, "kept-credentials")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(now.Data["password"]).To(Equal(orig.Data["password"]))
+}
+
+// testRetainedOtherHub (issue 42 item 4): the credentials Secret a Retain
+// teardown kept in a member (CloudNativePG backend: its next Cluster of the
+// name would start on the retained claims with it) is not adopted by
+// another hub's Database of the same namespace/name: that one gets a new
+// password and Conflict there, and nothing of it is written to the member.
+// This hub's own Database created again under the name still gets the
+// retained password (the documented re-create on retained data), by the
+// record it wrote at the teardown.
+func testRetainedOtherHub(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("retained-hub")
+	db := newCNPGDB(ns, "kept", "s1")
+	db.Spec.DeletionPolicy = fleetv1alpha1.DeletionPolicyRetain
+	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
+	e.waitPhase(g, ns, "kept", fleetv1alpha1.PhaseReady)
+	first := e.getDB(ns, "kept")
+	g.Expect(e.hub.Delete(e.ctx, first)).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "kept"}, &fleetv1alpha1.Database{}))
+	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+	// What the garbage collector does on a real hub.
+	g.Expect(e.hub.Delete(e.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kept-credentials"}})).To(Succeed())
+	released, err := e.secretIn("s1", ns, "kept-credentials")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(released.Labels).NotTo(HaveKey(fleetv1alpha1.LabelManagedBy))
+
+	h2 := startSecondHub(t, e, "s1")
+	g.Expect(h2.hub.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	g.Expect(h2.hub.Create(e.ctx, newCNPGDB(ns, "kept", "s1"))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		var theirs corev1.Secret
+		g.Expect(h2.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "kept-credentials"}, &theirs)).To(Succeed())
+		g.Expect(bytes.Equal(theirs.Data["password"], released.Data["password"])).To(BeFalse(), "another hub adopted the retained password")
+		var db fleetv1alpha1.Database
+		g.Expect(h2.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "kept"}, &db)).To(Succeed())
+		g.Expect(clusterEntry(&db, "s1").Phase).To(Equal(fleetv1alpha1.ClusterPhaseConflict))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	now, err := e.secretIn("s1", ns, "kept-credentials")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(now.ResourceVersion).To(Equal(released.ResourceVersion), "the retained Secret was written to")
+	g.Expect(clusterInstances(e, "s1", ns, "kept")).To(BeEquivalentTo(-1), "a Cluster would start on the retained claims")
+
+	// This hub's Database created again: the retained password, by its record.
+	g.Expect(e.hub.Create(e.ctx, newCNPGDB(ns, "kept", "s1"))).To(Succeed())
+	e.waitPhase(g, ns, "kept", fleetv1alpha1.PhaseReady)
+	var ours corev1.Secret
+	g.Expect(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "kept-credentials"}, &ours)).To(Succeed())
+	g.Expect(bytes.Equal(ours.Data["password"], released.Data["password"])).To(BeTrue(), "the retained password")
+	now, err = e.secretIn("s1", ns, "kept-credentials")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(bytes.Equal(now.Data["password"], released.Data["password"])).To(BeTrue())
+	// The teardown recorded the UID it released the Secret from.
+	g.Expect(released.Annotations).To(HaveKeyWithValue(fleetv1alpha1.AnnotationReleasedUID, string(first.UID)))
 }
 
 // testPlacementRemoval (item 4): a member dropped from the placement loses

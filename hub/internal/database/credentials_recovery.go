@@ -3,16 +3,20 @@ package database
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/hub/internal/hubsecret"
+	"github.com/fleetdb/fleetdb/hub/internal/tombstones"
 	"github.com/fleetdb/fleetdb/internal/placement"
 	"github.com/fleetdb/fleetdb/member"
 )
@@ -50,6 +54,10 @@ type recovered struct {
 	// Secret, read at or after absentSince.
 	absent      []string
 	absentSince time.Time
+	// refused are the members holding a copy no hub record vouches for:
+	// not taken (a new password is generated if nothing else is found, and
+	// those members show Conflict on their copy, which is never replaced).
+	refused []string
 }
 
 // mustWait says whether a missing password may not be generated yet: no
@@ -60,40 +68,135 @@ func (r recovered) mustWait() bool {
 	return len(r.unreadable) > 0 && (r.readable == 0 || r.ranUnreadable)
 }
 
-// recoverCredentials looks for the Database's credentials in every member
-// the hub is connected to (a Database recreated under the same name, or
-// restored from Git, finds the password its data was initialised with), in
-// the member caches (fleetdb's labelled Secrets). Only Secrets this hub wrote
-// (its identity, or none: older objects) count; one of this Database's UID
-// is preferred. It also reports the members the Database may be on (placed
-// now or in its status) that cannot be read.
+// recoverySources is what may vouch for a member's copy of the
+// Database's credentials: the hub's own records, never the member's word.
+type recoverySources struct {
+	// current are the members the Database is placed on now (admitted by
+	// their tenancy) or that its status names: a copy of this Database's
+	// own UID there is its own (its hub Secret was lost).
+	current map[string]bool
+	// retained is the hub's record of an earlier Database of this
+	// namespace/name torn down with Retain, by this hub, in this very hub
+	// namespace (same Namespace UID); nil if none applies.
+	retained *tombstones.Retained
+	// skipped are the hub's tombstones of earlier Databases of this
+	// namespace/name (in this hub Namespace) whose teardown it skipped in
+	// some members: a later Database of the name adopts what it finds
+	// there (see docs/data-safety.md, the reconnect sweep).
+	skipped []tombstones.Tombstone
+	// skippedUIDs are their Database UIDs, in the same order.
+	skippedUIDs []types.UID
+	// told is the UID AnnotationAdoptCredentials names, if any.
+	told types.UID
+}
+
+// skippedIn says whether a tombstone of uid names member.
+func (src recoverySources) skippedIn(uid types.UID, member string) bool {
+	for i, ts := range src.skipped {
+		if uid != "" && src.skippedUIDs[i] == uid && slices.Contains(ts.Members, member) {
+			return true
+		}
+	}
+	return false
+}
+
+// accepts says whether the copy s, read in member, may restore the
+// Database's credentials, and whether it is the Database's own.
+func (src recoverySources) accepts(s *corev1.Secret, db *fleetv1alpha1.Database, member string) (ok, own bool) {
+	l := s.Labels
+	if l[fleetv1alpha1.LabelManagedBy] == "" {
+		// Released by a Retain teardown (fleetdb's labels stripped, its
+		// deletion-policy annotation kept; the UID in AnnotationReleasedUID
+		// since that annotation exists).
+		if _, released := s.Annotations[fleetv1alpha1.AnnotationDeletionPolicy]; !released {
+			return false, false
+		}
+		from := types.UID(s.Annotations[fleetv1alpha1.AnnotationReleasedUID])
+		switch {
+		case src.retained != nil && slices.Contains(src.retained.Members, member) && (from == "" || from == src.retained.UID):
+			return true, false
+		case from != "" && src.current[member] && (from == db.UID || from == src.told):
+			return true, from == db.UID
+		case src.skippedIn(from, member):
+			return true, false
+		}
+		return false, false
+	}
+	uid := types.UID(l[fleetv1alpha1.LabelDatabaseUID])
+	switch {
+	case uid == db.UID && src.current[member]:
+		return true, true
+	case src.retained != nil && slices.Contains(src.retained.Members, member) && (uid == src.retained.UID || uid == ""):
+		// The retained Secret, relabelled by the member's admins.
+		return true, false
+	case src.told != "" && uid == src.told && src.current[member]:
+		return true, false
+	case src.skippedIn(uid, member):
+		return true, false
+	}
+	return false, false
+}
+
+// recoverCredentials looks for the Database's credentials in the members
+// the hub's own records point at: those it is placed on (admitted by their
+// tenancy) or that its status names, and those the hub's retained record of
+// an earlier Database of this namespace/name names (see recoverySources).
+// A copy is taken only when those records vouch for it (accepts): its own
+// UID, the retained record's, or the one AnnotationAdoptCredentials names.
+// Only Secrets this hub wrote (its identity, or none: older objects) count;
+// one of this Database's UID is preferred. It also reports the members the
+// Database may be on (placed now or in its status) that cannot be read.
 func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1alpha1.Database) (recovered, error) {
 	var res recovered
 	var members fleetv1alpha1.MemberClusterList
 	if err := r.hub.List(ctx, &members); err != nil {
 		return res, fmt.Errorf("listing member clusters: %w", err)
 	}
-	maybe, ran := map[string]bool{}, map[string]bool{}
-	for _, name := range placement.CurrentMembers(db) {
-		maybe[name], ran[name] = true, true
+	admitted, _, err := r.admitMembers(ctx, db, members.Items)
+	if err != nil {
+		return res, err
 	}
-	if placed, err := placement.Resolve(db, members.Items, placement.CurrentMembers(db)); err == nil {
+	src := recoverySources{current: map[string]bool{}, told: types.UID(db.Annotations[fleetv1alpha1.AnnotationAdoptCredentials])}
+	ran := map[string]bool{}
+	for _, name := range placement.CurrentMembers(db) {
+		src.current[name], ran[name] = true, true
+	}
+	if placed, err := placement.Resolve(db, admitted, placement.CurrentMembers(db)); err == nil {
 		for _, name := range placed.Targets {
-			maybe[name] = true
+			src.current[name] = true
 		}
+	}
+	if src.retained, src.skipped, src.skippedUIDs, err = r.hubRecords(ctx, db); err != nil {
+		return res, err
 	}
 	registered := map[string]bool{}
 	for i := range members.Items {
 		registered[members.Items[i].Name] = true
 	}
-	names := sortedKeys(registered)
+	read := maps.Clone(src.current)
+	if src.retained != nil {
+		for _, name := range src.retained.Members {
+			read[name] = true
+		}
+	}
+	for _, ts := range src.skipped {
+		for _, name := range ts.Members {
+			read[name] = true
+		}
+	}
+	var names []string
+	for _, name := range sortedKeys(read) {
+		if registered[name] {
+			names = append(names, name)
+		}
+	}
 	// The members are read at once (a read may go to a member's API server,
 	// see memberCredentials); the results are weighed in name order.
 	secrets, oks, absent := make([]*corev1.Secret, len(names)), make([]bool, len(names)), make([]bool, len(names))
 	res.absentSince = time.Now()
 	var wg sync.WaitGroup
 	for i, name := range names {
-		wg.Go(func() { secrets[i], oks[i], absent[i] = r.memberCredentials(ctx, db, name, maybe[name]) })
+		wg.Go(func() { secrets[i], oks[i], absent[i] = r.memberCredentials(ctx, db, name) })
 	}
 	wg.Wait()
 	bestOwn := false
@@ -104,34 +207,72 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 		}
 		switch {
 		case !ok:
-			if maybe[name] {
+			if src.current[name] {
 				res.unreadable = append(res.unreadable, name)
 				res.ranUnreadable = res.ranUnreadable || ran[name]
 			}
-		case maybe[name]:
+		case src.current[name]:
 			res.readable++
 		}
-		switch {
-		case s == nil:
-		case res.data == nil || (!bestOwn && s.Labels[fleetv1alpha1.LabelDatabaseUID] == string(db.UID)):
+		if s == nil {
+			continue
+		}
+		take, own := src.accepts(s, db, name)
+		if !take {
+			res.refused = append(res.refused, name)
+			continue
+		}
+		if res.data == nil || (!bestOwn && own) {
 			res.data = hubsecret.RecoverableCredentials(s.Data)
-			res.from = name
-			bestOwn = s.Labels[fleetv1alpha1.LabelDatabaseUID] == string(db.UID)
+			res.from, bestOwn = name, own
 		}
 	}
 	return res, nil
 }
 
+// hubRecords are the hub's records of earlier Databases of db's
+// namespace/name that db may adopt the credentials of: the Retain record
+// (written by this hub, its identity, for another UID, in the same hub
+// Namespace: a namespace deleted and created again is a new tenant's) and
+// the tombstones of skipped teardowns (in the same hub Namespace, or
+// written before tombstones recorded it).
+func (r *databaseReconciler) hubRecords(ctx context.Context, db *fleetv1alpha1.Database) (
+	retained *tombstones.Retained, skipped []tombstones.Tombstone, skippedUIDs []types.UID, err error) {
+	if r.tombstones == nil {
+		return nil, nil, nil, nil
+	}
+	var ns corev1.Namespace
+	if err := r.hub.Get(ctx, client.ObjectKey{Name: db.Namespace}, &ns); err != nil {
+		return nil, nil, nil, fmt.Errorf("reading namespace %s: %w", db.Namespace, err)
+	}
+	rec, stones, err := r.tombstones.For(ctx, db.Namespace, db.Name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if rec != nil && rec.UID != db.UID && rec.NamespaceUID == ns.UID && rec.HubID == r.opts.HubID {
+		retained = rec
+	}
+	for _, uid := range slices.Sorted(maps.Keys(stones)) {
+		ts := stones[uid]
+		if uid != db.UID && (ts.NamespaceUID == "" || ts.NamespaceUID == ns.UID) {
+			skipped, skippedUIDs = append(skipped, ts), append(skippedUIDs, uid)
+		}
+	}
+	return retained, skipped, skippedUIDs, nil
+}
+
 // memberCredentials reads the Database's credentials Secret in one member
 // (live: member caches hold no Secrets, see MemberClusterOptions); ok is
-// false when the member cannot be read now. Where the Database may be placed
-// (placed), a Secret a Retain teardown kept is read too, and a member that
-// refuses the read (the hub's Secret role not bound in the namespace yet:
-// a namespace adopted by its admins, or Secrets written before the role was
-// bound per namespace) is given the access first (member.SecretAccess; a
-// missing namespace holds nothing and is not created here). absent is set
-// when the member's API server answered that the Secret is not there.
-func (r *databaseReconciler) memberCredentials(ctx context.Context, db *fleetv1alpha1.Database, name string, placed bool) (_ *corev1.Secret, ok, absent bool) {
+// false when the member cannot be read now. A member that refuses the read
+// (the hub's Secret role not bound in the namespace yet: a namespace adopted
+// by its admins, or Secrets written before the role was bound per
+// namespace) is given the access first (member.SecretAccess; a missing
+// namespace holds nothing and is not created here). absent is set when the
+// member's API server answered that the Secret is not there. The Secret
+// returned is fleetdb's for this Database name and this hub (or released by
+// a teardown) with a password; whether it may be taken is recoverCredentials'
+// call.
+func (r *databaseReconciler) memberCredentials(ctx context.Context, db *fleetv1alpha1.Database, name string) (_ *corev1.Secret, ok, absent bool) {
 	cl, ok := r.readableMember(ctx, name)
 	if !ok {
 		return nil, false, false
@@ -141,7 +282,7 @@ func (r *databaseReconciler) memberCredentials(ctx context.Context, db *fleetv1a
 	var s corev1.Secret
 	key := client.ObjectKey{Namespace: db.Namespace, Name: member.CredentialsSecretName(db.Name)}
 	err := cl.GetClient().Get(cctx, key, &s)
-	if apierrors.IsForbidden(err) && placed && r.secrets != nil {
+	if apierrors.IsForbidden(err) && r.secrets != nil {
 		present, aerr := r.secrets.ensure(cctx, name, cl, db.Namespace, nil)
 		switch {
 		case apierrors.IsForbidden(aerr):
@@ -159,33 +300,20 @@ func (r *databaseReconciler) memberCredentials(ctx context.Context, db *fleetv1a
 		notFound := apierrors.IsNotFound(err)
 		return nil, notFound, notFound
 	}
-	l := s.Labels
-	if placed && l[fleetv1alpha1.LabelManagedBy] == "" {
-		// A Secret kept by a Retain teardown lost fleetdb's labels.
-		kept, ok := retainedMemberCredentials(&s)
-		return kept, ok, false
+	if len(s.Data["username"]) == 0 || len(s.Data["password"]) == 0 {
+		return nil, true, false
 	}
-	if l[fleetv1alpha1.LabelDatabaseNamespace] != db.Namespace || l[fleetv1alpha1.LabelDatabaseName] != db.Name ||
-		len(s.Data["username"]) == 0 || len(s.Data["password"]) == 0 {
+	l := s.Labels
+	if l[fleetv1alpha1.LabelManagedBy] == "" {
+		return &s, true, false // released by a teardown, or anyone's: accepts decides
+	}
+	if l[fleetv1alpha1.LabelDatabaseNamespace] != db.Namespace || l[fleetv1alpha1.LabelDatabaseName] != db.Name {
 		return nil, true, false
 	}
 	if hub := l[fleetv1alpha1.LabelHubID]; hub != "" && hub != r.opts.HubID {
 		return nil, true, false // another hub's Database of the same name
 	}
 	return &s, true, false
-}
-
-// retainedMemberCredentials is the Secret a Retain teardown of an earlier
-// Database of this name kept in a member (fleetdb's labels stripped, its
-// deletion-policy annotation kept), or nil for any other unlabelled Secret:
-// its password is the one the retained data was initialised with, so a
-// re-created Database must use it.
-func retainedMemberCredentials(s *corev1.Secret) (*corev1.Secret, bool) {
-	_, released := s.Annotations[fleetv1alpha1.AnnotationDeletionPolicy]
-	if !released || len(s.Data["username"]) == 0 || len(s.Data["password"]) == 0 {
-		return nil, true
-	}
-	return s, true
 }
 
 // credentialsFromMembers is hubsecret.EnsureCredentials' recovery step: the copy a
@@ -205,6 +333,14 @@ func (r *databaseReconciler) credentialsFromMembers(ctx context.Context, db *fle
 		return res.data, absent, nil
 	case res.mustWait():
 		return nil, nil, errWaitingForCredentials{name: db.Namespace + "/" + member.CredentialsSecretName(db.Name), members: res.unreadable}
+	case len(res.refused) > 0:
+		r.recorder.Eventf(db, nil, corev1.EventTypeWarning, "CredentialsNotAdopted", "Credentials",
+			"member(s) %s hold a credentials Secret of this name that no record of this hub ties to this Database "+
+				"(another Database UID, no Retain record of it in this hub namespace, and no %s annotation naming it): "+
+				"not taken; those members show Conflict and their Secret is never replaced. To take it over (and the data "+
+				"it guards), set the annotation %s=<the earlier Database's UID> and delete the hub Secret %s",
+			strings.Join(res.refused, ", "), fleetv1alpha1.AnnotationAdoptCredentials, fleetv1alpha1.AnnotationAdoptCredentials,
+			member.CredentialsSecretName(db.Name))
 	}
 	return nil, absent, nil
 }

@@ -17,6 +17,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/hub/internal/dbstatus"
+	"github.com/fleetdb/fleetdb/hub/internal/tombstones"
 	"github.com/fleetdb/fleetdb/internal/placement"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
 )
@@ -50,6 +51,9 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 			return ctrl.Result{}, err
 		}
 		r.noFinalBackupEvent(db)
+		if err := r.recordRetained(ctx, db, reached); err != nil {
+			return ctrl.Result{}, err
+		}
 		if err := r.dropFinalizer(ctx, db); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -80,6 +84,28 @@ func (r *databaseReconciler) reconcileDelete(ctx context.Context, s *databaseSco
 	r.finalBackupEvents(db, st.FinalBackups)
 	s.status = &st
 	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// recordRetained writes the hub's record of a Retain teardown (the
+// Database's UID, its hub Namespace's UID, this hub's identity and the
+// members it reached) before the finalizer goes: the only thing that lets a
+// later Database of this namespace/name take the credentials Secret kept in
+// those members, and with it the data (recoverySources). A failure keeps the
+// finalizer; the reconcile retries.
+func (r *databaseReconciler) recordRetained(ctx context.Context, db *fleetv1alpha1.Database, reached map[string]bool) error {
+	if r.tombstones == nil || db.TeardownPolicy() != fleetv1alpha1.DeletionPolicyRetain || len(reached) == 0 {
+		return nil
+	}
+	var ns corev1.Namespace
+	if err := r.hub.Get(ctx, client.ObjectKey{Name: db.Namespace}, &ns); err != nil {
+		return fmt.Errorf("reading namespace %s: %w", db.Namespace, err)
+	}
+	err := r.tombstones.RecordRetained(ctx, tombstones.Retained{Namespace: db.Namespace, Name: db.Name, UID: db.UID,
+		NamespaceUID: ns.UID, HubID: r.opts.HubID, Members: sortedKeys(reached)})
+	if err != nil {
+		return fmt.Errorf("recording the Retain teardown: %w", err)
+	}
+	return nil
 }
 
 // recordLastFinalBackups stores the final backups' outcome before the
@@ -253,7 +279,12 @@ func (r *databaseReconciler) teardownSettled(ctx context.Context, db *fleetv1alp
 	if noBackup && fbp == fleetv1alpha1.FinalBackupRequired {
 		policy = fleetv1alpha1.DeletionPolicyRetain
 	}
-	if err := r.tombstones.Record(ctx, db, name, policy); err != nil {
+	var ns corev1.Namespace
+	err := r.hub.Get(ctx, client.ObjectKey{Name: db.Namespace}, &ns)
+	if err == nil {
+		err = r.tombstones.Record(ctx, db, ns.UID, name, policy)
+	}
+	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "recording a tombstone; teardown of the member keeps blocking", "cluster", name)
 		return false, teardownPoll, false
 	}

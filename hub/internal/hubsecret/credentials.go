@@ -41,7 +41,8 @@ func (e ForeignCredentialsError) Error() string {
 //
 // A password is never replaced: when the hub Secret is missing (a new
 // Database, one recreated under the same name or restored from Git, or a
-// deleted Secret), recoverFromMembers first supplies the copy a member holds;
+// deleted Secret), recoverFromMembers first supplies the copy a member holds
+// that the hub's own records vouch for (the Database controller decides which);
 // it returns an error (the Database controller's errWaitingForCredentials) while a member that may hold
 // one cannot be read. Only when no member holds one is a new password
 // generated, and only for a Database that never ran anywhere (else it stalls

@@ -37,6 +37,10 @@ type Tombstone struct {
 	Policy fleetv1alpha1.DeletionPolicy `json:"policy"`
 	// Policies is the policy recorded last for each member.
 	Policies map[string]fleetv1alpha1.DeletionPolicy `json:"policies,omitempty"`
+	// NamespaceUID is the UID of the Database's hub Namespace (empty in
+	// tombstones written before it was recorded): a later Database of the
+	// name takes a copy of the credentials it left only in that Namespace.
+	NamespaceUID types.UID `json:"namespaceUID,omitempty"`
 	// Members still to sweep.
 	Members  []string  `json:"members"`
 	Recorded time.Time `json:"recorded"`
@@ -82,11 +86,15 @@ func (t *Store) All(ctx context.Context) (map[types.UID]Tombstone, error) {
 // recorded for (UID, member) is the one the sweep uses (a placement removal
 // recorded with spec.teardown.onPlacementRemoval, then the deletion with
 // spec.deletionPolicy: the deletion's applies).
-func (t *Store) Record(ctx context.Context, db *fleetv1alpha1.Database, member string, policy fleetv1alpha1.DeletionPolicy) error {
+// nsUID is the UID of the Database's hub Namespace.
+func (t *Store) Record(ctx context.Context, db *fleetv1alpha1.Database, nsUID types.UID, member string, policy fleetv1alpha1.DeletionPolicy) error {
 	return t.update(ctx, func(all map[types.UID]Tombstone) {
 		ts, ok := all[db.UID]
 		if !ok {
 			ts = Tombstone{Namespace: db.Namespace, Name: db.Name, Policy: policy, Recorded: time.Now().UTC()}
+		}
+		if ts.NamespaceUID == "" {
+			ts.NamespaceUID = nsUID
 		}
 		if !slices.Contains(ts.Members, member) {
 			ts.Members = append(ts.Members, member)
@@ -127,8 +135,33 @@ func (t *Store) Swept(ctx context.Context, uid types.UID, member string) error {
 	})
 }
 
-// update applies change to the tombstones and writes them back.
+// update applies change to the tombstones and writes them back (the
+// retained records kept as they are).
 func (t *Store) update(ctx context.Context, change func(map[types.UID]Tombstone)) error {
+	return t.write(ctx, func(ctx context.Context, cm *corev1.ConfigMap) (map[string]string, error) {
+		all := decodeTombstones(ctx, cm)
+		change(all)
+		data := make(map[string]string, len(cm.Data))
+		for k, v := range cm.Data {
+			if isRetainedKey(k) {
+				data[k] = v
+			}
+		}
+		for uid, ts := range all {
+			b, err := json.Marshal(ts)
+			if err != nil {
+				return nil, err
+			}
+			data[string(uid)] = string(b)
+		}
+		return data, nil
+	})
+}
+
+// write replaces the ConfigMap's data with what change makes of the live
+// one, creating the ConfigMap when it is missing; serialised in the process,
+// optimistic on the server (retried on a conflict).
+func (t *Store) write(ctx context.Context, change func(context.Context, *corev1.ConfigMap) (map[string]string, error)) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -138,15 +171,9 @@ func (t *Store) update(ctx context.Context, change func(map[types.UID]Tombstone)
 		if err != nil && !create {
 			return fmt.Errorf("reading tombstones: %w", err)
 		}
-		all := decodeTombstones(ctx, &cm)
-		change(all)
-		data := make(map[string]string, len(all))
-		for uid, ts := range all {
-			b, err := json.Marshal(ts)
-			if err != nil {
-				return err
-			}
-			data[string(uid)] = string(b)
+		data, err := change(ctx, &cm)
+		if err != nil {
+			return err
 		}
 		cm.Data = data
 		if create {
@@ -169,6 +196,9 @@ func (t *Store) update(ctx context.Context, change func(map[types.UID]Tombstone)
 func decodeTombstones(ctx context.Context, cm *corev1.ConfigMap) map[types.UID]Tombstone {
 	all := make(map[types.UID]Tombstone, len(cm.Data))
 	for uid, raw := range cm.Data {
+		if isRetainedKey(uid) {
+			continue
+		}
 		var ts Tombstone
 		if err := json.Unmarshal([]byte(raw), &ts); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "ignoring an unreadable tombstone", "uid", uid)
