@@ -94,8 +94,12 @@ func printedDir(out string) (string, error) {
 	if !filepath.IsAbs(dir) {
 		return "", fmt.Errorf("printed %q, want an absolute folder", dir)
 	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return "", fmt.Errorf("printed %q, which is no folder (%v)", dir, err)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return "", fmt.Errorf("printed %q: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("printed %q, which is no folder", dir)
 	}
 	return dir, nil
 }
