@@ -113,7 +113,7 @@ func TestHubPoliciesFollowNamespace(t *testing.T) {
 				}
 			}
 			g.Expect(bindings).To(BeNumerically(">", 0))
-			g.Expect(policies).To(ConsistOf("fleetdb-hub-secrets", "fleetdb-hub-secret-bindings", "fleetdb-hub-binds-only-where-databases-live"),
+			g.Expect(policies).To(ConsistOf("fleetdb-hub-secrets", "fleetdb-hub-secret-bindings"),
 				"the policies that bind the hub's identity")
 			if ns != "fleetdb-system" {
 				g.Expect(all).NotTo(ContainSubstring("fleetdb-system"), "deploy/hub rendered for %s names fleetdb-system", ns)

@@ -283,7 +283,8 @@ func (h *Access) bind(ctx context.Context, ns string) error {
 	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: 6, Cap: 2 * time.Second},
 		func(ctx context.Context) (bool, error) {
 			last = member.BindSelf(ctx, h.c, ns, Role)
-			if last != nil && apierrors.IsForbidden(last) && strings.Contains(last.Error(), BindingPolicy) {
+			// (A refusal for missing params is 422 Invalid, not 403.)
+			if last != nil && (apierrors.IsInvalid(last) || apierrors.IsForbidden(last)) && strings.Contains(last.Error(), BindingPolicy) {
 				return false, nil
 			}
 			return true, last
