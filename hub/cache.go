@@ -17,9 +17,11 @@ import (
 // The Secrets of a tenant namespace (a Database's credentials and topology
 // PKI) are cached by the Database controller, one namespace at a time, only
 // where a Database lives and the hub bound its Secret role
-// (hub/internal/hubsecret/access.go), and only fleetdb's own (its
-// managed-by label). A Secret in a tenant namespace that fleetdb does not
-// own is never listed, watched or read.
+// (hub/internal/hubsecret/access.go): the metadata of the Secrets labelled
+// fleetdb's (name and version), and the data of its Databases' Secrets, read
+// by name. An unlabelled Secret in a tenant namespace is never listed,
+// watched or read; a labelled one that is not a Database's brings the hub
+// its name only.
 func hubCacheOptions(hubNamespace string) cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Secret{}: {Namespaces: map[string]cache.Config{

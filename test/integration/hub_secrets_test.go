@@ -2,7 +2,14 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -12,9 +19,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/test/fleet"
@@ -54,8 +66,8 @@ func TestHubSecretScope(t *testing.T) {
 	}
 	self := rbacv1.Subject{Kind: "ServiceAccount", Name: hubServiceAccount, Namespace: hubNS}
 	binding := func(ns, role string, subject rbacv1.Subject) *rbacv1.RoleBinding {
-		return &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: hubSecretRole},
+		return &rbacv1.RoleBinding{ // as the hub makes it: its label on
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: hubSecretRole, Labels: owned},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
 			Subjects:   []rbacv1.Subject{subject},
 		}
@@ -80,28 +92,61 @@ func TestHubSecretScope(t *testing.T) {
 		if err == nil {
 			_ = admin.Delete(ctx, binding("kube-system", hubSecretRole, self))
 		}
-		return apierrors.IsForbidden(err)
+		return apierrors.IsForbidden(err) || refusedWhereNoDatabase(err)
 	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "the hub's binding policy never took effect")
 	refusedBinding := func(rb *rbacv1.RoleBinding, what string) {
 		t.Helper()
 		err := hubClient.Create(ctx, rb)
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: want Forbidden, got %v", what, err)
 	}
-	refusedBinding(binding(hubNS, hubSecretRole, self), "binding the Secret role in the hub namespace")
-	refusedBinding(binding("kube-public", hubSecretRole, self), "binding the Secret role in kube-public")
+	// (No Database there either: either policy may answer first.)
+	for _, ns := range []string{hubNS, "kube-public"} {
+		err := hubClient.Create(ctx, binding(ns, hubSecretRole, self))
+		g.Expect(apierrors.IsForbidden(err) || refusedWhereNoDatabase(err)).To(BeTrue(), "binding the Secret role in %s: got %v", ns, err)
+	}
+
+	// Only where a Database lives (issue 42, item 2): payroll has none. The
+	// policy takes effect once the API server has loaded it and its
+	// Database params. (Its refusal is 422 Invalid, not 403: the API
+	// server gives a binding whose params are missing no reason, and that
+	// defaults to Invalid: k8s.io/apiserver v0.36.3,
+	// pkg/admission/plugin/policy/validating/dispatcher.go.)
+	g.Eventually(func() bool {
+		err := hubClient.Create(ctx, binding("payroll", hubSecretRole, self))
+		if err == nil {
+			_ = admin.Delete(ctx, binding("payroll", hubSecretRole, self))
+		}
+		return refusedWhereNoDatabase(err)
+	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(),
+		"the hub's identity bound its Secret role in a namespace without Databases (a stolen token reaches every namespace)")
+
+	// What the hub does where a Database lives: bind its Secret role to
+	// itself; the API server grants it a moment later. (The API server
+	// admits the binding once its policy has seen the Database.)
+	g.Expect(admin.Create(ctx, &fleetv1alpha1.Database{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "orders"},
+		Spec: fleetv1alpha1.DatabaseSpec{Engine: fleetv1alpha1.EnginePostgres, Backend: fleetv1alpha1.BackendStatefulSet, Replicas: 1,
+			Storage:   fleetv1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
+			Placement: fleetv1alpha1.PlacementSpec{ClusterNames: []string{"m1"}}},
+	})).To(Succeed())
+	bound := binding("team-a", hubSecretRole, self)
+	g.Eventually(func() error {
+		return hubClient.Create(ctx, binding("team-a", hubSecretRole, self))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed(), "binding the Secret role to itself where a Database lives")
+	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(bound), bound)).To(Succeed())
+	// Where a Database lives, only that binding (the Databases-only policy
+	// admits these: the API server has seen the Database).
 	refusedBinding(binding("team-a", "admin", self), "binding another role")
 	refusedBinding(binding("team-a", hubSecretRole, rbacv1.Subject{Kind: "ServiceAccount", Name: "default", Namespace: "team-a"}),
 		"binding the Secret role to another subject")
 	other := binding("team-a", "view", self)
 	other.Name = "hub-view"
 	refusedBinding(other, "another RoleBinding")
-
-	// What the hub does where a Database lives: bind its Secret role to
-	// itself; the API server grants it a moment later.
-	bound := binding("team-a", hubSecretRole, self)
-	g.Expect(hubClient.Create(ctx, bound)).To(Succeed(), "binding the Secret role to itself in a tenant namespace")
+	bare := binding("team-a", hubSecretRole, self)
+	bare.Labels = nil
+	refusedBinding(bare, "its RoleBinding without fleetdb's label (which the Databases-only policy selects)")
 	p := client.MergeFrom(bound.DeepCopy())
-	bound.Labels = owned
+	bound.Labels = map[string]string{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue, "changed": "yes"}
 	errPatch := hubClient.Patch(ctx, bound, p)
 	g.Expect(apierrors.IsForbidden(errPatch)).To(BeTrue(), "changing its RoleBinding: want Forbidden, got %v", errPatch)
 	g.Eventually(func() error {
@@ -134,6 +179,22 @@ func TestHubSecretScope(t *testing.T) {
 	patch := client.MergeFrom(creds.DeepCopy())
 	creds.Data["password"] = []byte("rotated")
 	g.Expect(hubClient.Patch(ctx, creds, patch)).To(Succeed(), "a patch that keeps fleetdb's label")
+
+	// No ServiceAccount token, labelled or not (issue 42, item 2): the
+	// token controller would fill one in with a tenant ServiceAccount's token.
+	const tokenText = "never writes a ServiceAccount token Secret"
+	tokenSecret := secret("team-a", "tenant-token", owned)
+	tokenSecret.Type = corev1.SecretTypeServiceAccountToken
+	tokenSecret.Annotations = map[string]string{corev1.ServiceAccountNameKey: "default"}
+	tokenSecret.Data = nil
+	refused(hubClient.Create(ctx, tokenSecret), "creating a labelled ServiceAccount token Secret", tokenText)
+	named := secret("team-a", "named", owned)
+	named.Annotations = map[string]string{corev1.ServiceAccountNameKey: "default"}
+	refused(hubClient.Create(ctx, named), "creating a labelled Secret naming a ServiceAccount", tokenText)
+	annotate := creds.DeepCopy()
+	p = client.MergeFrom(annotate.DeepCopy())
+	annotate.Annotations = map[string]string{corev1.ServiceAccountNameKey: "default"}
+	refused(hubClient.Patch(ctx, annotate, p), "naming a ServiceAccount on its own Secret", tokenText)
 
 	// A tenant's own Secret, unlabelled.
 	tenant := secret("team-a", "tenant-tls", nil)
@@ -178,6 +239,15 @@ func TestHubSecretScope(t *testing.T) {
 	err = hubClient.Delete(ctx, theirs)
 	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting a tenant's RoleBinding: want Forbidden, got %v", err)
 	g.Expect(hubClient.Delete(ctx, bound)).To(Succeed(), "removing its own binding")
+}
+
+// refusedWhereNoDatabase reports whether err is the API server refusing the
+// hub's RoleBinding in a namespace without a Database
+// (hubsecret.BindingPolicy, deploy/rbac/secrets_policy.yaml).
+func refusedWhereNoDatabase(err error) bool {
+	return err != nil && (apierrors.IsInvalid(err) || apierrors.IsForbidden(err)) &&
+		strings.Contains(err.Error(), "fleetdb-hub-binds-only-where-databases-live") &&
+		strings.Contains(err.Error(), "no params found")
 }
 
 // startHubControlPlane starts a hub API server with fleetdb's CRDs and the
@@ -363,7 +433,14 @@ func TestHubSecretAccess(t *testing.T) {
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: hubSecretRole},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: hubServiceAccount, Namespace: hubNS}},
 		}
+		// (Created unlabelled, then labelled: the API server admits the
+		// labelled binding only where a Database lives.)
+		labels := left.Labels
+		left.Labels = nil
 		g.Expect(e.hub.Create(e.ctx, left)).To(Succeed())
+		patch := client.MergeFrom(left.DeepCopy())
+		left.Labels = labels
+		g.Expect(e.hub.Patch(e.ctx, left, patch)).To(Succeed())
 		e.stopHub()
 		e.startHub(envOptions{hubWrap: wrap})
 		g.Eventually(func() bool {
@@ -408,4 +485,230 @@ func (d *databaseLists) in(ns string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.n[ns]
+}
+
+// secretBytes counts what the hub receives from its API server for the
+// Secrets of one namespace (response bodies, watches included), and the
+// names it reads one by one there.
+type secretBytes struct {
+	ns string
+
+	mu    sync.Mutex
+	n     int64
+	names map[string]int
+}
+
+func (b *secretBytes) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		prefix := "/api/v1/namespaces/" + b.ns + "/secrets"
+		if !strings.HasPrefix(req.URL.Path, prefix) {
+			return rt.RoundTrip(req)
+		}
+		if name := strings.TrimPrefix(strings.TrimPrefix(req.URL.Path, prefix), "/"); name != "" && req.Method == http.MethodGet {
+			b.mu.Lock()
+			if b.names == nil {
+				b.names = map[string]int{}
+			}
+			b.names[name]++
+			b.mu.Unlock()
+		}
+		resp, err := rt.RoundTrip(req)
+		if err == nil && resp.Body != nil {
+			resp.Body = &countingBody{ReadCloser: resp.Body, add: b.add}
+		}
+		return resp, err
+	})
+}
+
+func (b *secretBytes) add(n int) {
+	b.mu.Lock()
+	b.n += int64(n)
+	b.mu.Unlock()
+}
+
+func (b *secretBytes) received() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n
+}
+
+func (b *secretBytes) read() map[string]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.names)
+}
+
+type countingBody struct {
+	io.ReadCloser
+	add func(int)
+}
+
+func (c *countingBody) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.add(n)
+	return n, err
+}
+
+// TestHubSecretCache (issue 42, item 4): a tenant plants many large Secrets
+// labelled app.kubernetes.io/managed-by=fleetdb in a namespace where the hub
+// holds Secret access (the label is no trust boundary: anyone who may write
+// Secrets there sets it). Their data never reaches the hub, neither while it
+// runs (its watch of the namespace) nor when it starts again (its first
+// list), and it reads by name only the Secrets of its Databases; its
+// Databases work on.
+func TestHubSecretCache(t *testing.T) {
+	const ns = "hoard"
+	counted := &secretBytes{ns: ns}
+	e := startEnvWith(t, envOptions{hubWrap: counted.wrap}, "m1")
+	e.sim.enable("m1", true)
+	g := NewWithT(t)
+	e.namespace(ns)
+	ready := func(name string) {
+		t.Helper()
+		g.Eventually(func(g Gomega) {
+			g.Expect(e.getDB(ns, name).Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
+		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	}
+	g.Expect(e.hub.Create(e.ctx, newDB(ns, "orders", "m1"))).To(Succeed())
+	ready("orders")
+
+	// The tenant's hoard: 24 Secrets of 512 KiB, fleetdb's label on each.
+	const planted, size = 24, 512 << 10
+	before := counted.received()
+	junk := make([]byte, size)
+	for i := range junk {
+		junk[i] = byte('a' + i%26)
+	}
+	for i := range planted {
+		g.Expect(e.hub.Create(e.ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("hoard-%d", i),
+				Labels: map[string]string{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue}},
+			Data: map[string][]byte{"blob": junk},
+		})).To(Succeed())
+	}
+	// The hub works on in the namespace meanwhile.
+	g.Expect(e.hub.Create(e.ctx, newDB(ns, "invoices", "m1"))).To(Succeed())
+	ready("invoices")
+
+	// And starts again: its first list of the namespace.
+	e.stopHub()
+	e.startHub(envOptions{hubWrap: counted.wrap})
+	g.Expect(e.hub.Create(e.ctx, newDB(ns, "receipts", "m1"))).To(Succeed())
+	ready("receipts")
+	for _, name := range []string{"orders", "invoices", "receipts"} {
+		var hubCreds, memberCreds corev1.Secret
+		key := client.ObjectKey{Namespace: ns, Name: name + "-credentials"}
+		g.Expect(e.hub.Get(e.ctx, key, &hubCreds)).To(Succeed())
+		g.Eventually(func() error { return e.member("m1").Get(e.ctx, key, &memberCreds) }).
+			WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+		g.Expect(memberCreds.Data["password"]).To(Equal(hubCreds.Data["password"]), "%s's credentials reached the member", name)
+	}
+
+	got := counted.received() - before
+	t.Logf("the hub received %d bytes of Secrets of %s while %d bytes were planted there (twice over: its watch, then its first list after a restart)",
+		got, ns, planted*size)
+	g.Expect(got).To(BeNumerically("<", size), "the hub received the planted Secrets' data (%d bytes)", got)
+	for name := range counted.read() {
+		g.Expect(name).To(SatisfyAny(HaveSuffix("-credentials"), HaveSuffix("-topology-pki")), "the hub read a Secret not of a Database by name")
+		g.Expect(name).NotTo(HavePrefix("hoard-"), "the hub read a planted Secret")
+	}
+}
+
+// TestHubPoliciesElsewhere (issue 42, item 6): deploy/hub installed in
+// another namespace (its namespace: changed, as `kustomize edit set
+// namespace` does) binds the hub policies to that namespace's hub identity on
+// a real API server: that identity is refused its Secret role in kube-system
+// and where no Database lives, and a ServiceAccount token Secret.
+func TestHubPoliciesElsewhere(t *testing.T) {
+	const elsewhere = "db-operators"
+	cp, ctx := fleet.StartTestControlPlane(t, true, elsewhere, "team-b")
+	g := NewWithT(t)
+	admin := cp.Client
+
+	mem := filesys.MakeFsInMemory()
+	root := filepath.Join(fleet.RepoRoot(), "deploy")
+	g.Expect(filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		return mem.WriteFile(filepath.Join("/deploy", rel), b)
+	})).To(Succeed())
+	k, err := mem.ReadFile("/deploy/hub/kustomization.yaml")
+	g.Expect(err).NotTo(HaveOccurred())
+	k = regexp.MustCompile(`(?m)^namespace: .*$`).ReplaceAll(k, []byte("namespace: "+elsewhere))
+	g.Expect(mem.WriteFile("/deploy/hub/kustomization.yaml", k)).To(Succeed())
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(mem, "/deploy/hub")
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, r := range m.Resources() {
+		switch r.GetKind() {
+		case "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+		default:
+			continue // the CRDs are there; no Deployment runs here
+		}
+		y, err := r.AsYAML()
+		g.Expect(err).NotTo(HaveOccurred())
+		obj := map[string]any{}
+		g.Expect(yaml.Unmarshal(y, &obj)).To(Succeed())
+		u := &unstructured.Unstructured{Object: obj}
+		if err := admin.Create(ctx, u); !apierrors.IsAlreadyExists(err) { // the harness's deletion protection
+			g.Expect(err).NotTo(HaveOccurred(), "%s %s", u.GetKind(), u.GetName())
+		}
+	}
+
+	impersonated := rest.CopyConfig(cp.Config)
+	impersonated.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + elsewhere + ":" + hubServiceAccount,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + elsewhere, "system:authenticated"},
+	}
+	hubClient, err := client.New(impersonated, client.Options{Scheme: fleet.Scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	self := rbacv1.Subject{Kind: "ServiceAccount", Name: hubServiceAccount, Namespace: elsewhere}
+	binding := func(ns string) *rbacv1.RoleBinding {
+		return &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: hubSecretRole,
+				Labels: map[string]string{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue}},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: hubSecretRole},
+			Subjects: []rbacv1.Subject{self},
+		}
+	}
+	for _, ns := range []string{"kube-system", "team-b", elsewhere} {
+		g.Eventually(func() bool {
+			err := hubClient.Create(ctx, binding(ns))
+			if err == nil {
+				_ = admin.Delete(ctx, binding(ns))
+			}
+			if ns == "team-b" {
+				return refusedWhereNoDatabase(err)
+			}
+			return apierrors.IsForbidden(err) || refusedWhereNoDatabase(err)
+		}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(),
+			"the hub installed in %s bound its Secret role in %s: its policies do not bind it", elsewhere, ns)
+	}
+
+	// Where a Database lives it binds, and writes fleetdb's Secrets, never
+	// a ServiceAccount token.
+	g.Expect(admin.Create(ctx, newDB("team-b", "orders", "m1"))).To(Succeed())
+	g.Eventually(func() error { return hubClient.Create(ctx, binding("team-b")) }).
+		WithTimeout(eventually).WithPolling(poll).Should(Succeed(), "binding where a Database lives")
+	owned := map[string]string{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue}
+	g.Eventually(func() error {
+		return hubClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "orders-credentials", Labels: owned},
+			Data: map[string][]byte{"password": []byte("pw")}})
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed(), "the binding never granted the Secrets of team-b")
+	g.Eventually(func() bool {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "tenant-token", Labels: owned,
+			Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}},
+			Type: corev1.SecretTypeServiceAccountToken}
+		err := hubClient.Create(ctx, s)
+		if err == nil {
+			_ = admin.Delete(ctx, s)
+		}
+		return apierrors.IsForbidden(err)
+	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "the hub installed in %s wrote a ServiceAccount token Secret", elsewhere)
 }

@@ -21,6 +21,7 @@ func TestAdmissionPolicies(t *testing.T) {
 		"deploy/hub":         "fleetdb-deletion-protection",
 		"deploy/hub/secrets": "fleetdb-hub-secrets",
 		"deploy/hub/binds":   "fleetdb-hub-secret-bindings",
+		"deploy/hub/where":   "fleetdb-hub-binds-only-where-databases-live",
 		"deploy/member":      "fleetdb-hub-agent-scope",
 		"deploy/member/pods": "fleetdb-hub-agent-pods",
 		"deploy/member/cnpg": "fleetdb-hub-agent-cnpg",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,11 +13,13 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,9 +56,19 @@ const Role = "fleetdb-hub-secrets"
 // hub's identity may read and write Secrets only in the tenant namespaces
 // where it bound Role, so the manager's cache holds Secrets of the
 // hub namespace only (hubCacheOptions), and the Secrets of a tenant namespace
-// are read from a small cache of fleetdb's own Secrets (label selector) of
-// that namespace alone, started once the binding is in place and stopped
-// when it goes.
+// are read through a small cache of that namespace alone, started once the
+// binding is in place and stopped when it goes.
+//
+// That cache holds no Secret data a tenant chose (issue 42, item 4): the
+// managed-by label selects what it watches, and anyone who may write Secrets
+// in the namespace can set that label, so it is no trust boundary. The
+// namespace's watch is of metadata only (the API server sends no data),
+// reduced to name and resourceVersion before it is stored; the data kept is
+// that of the Secrets the hub read by name (a Database's credentials and
+// topology PKI: the only names it asks for), at the resourceVersion read,
+// dropped when the watch shows the Secret changed or gone. So a tenant's
+// labelled Secrets, however many and large, cost the hub a name each, and
+// their data never reaches it.
 type Access struct {
 	cfg        *rest.Config
 	httpClient *http.Client
@@ -85,8 +98,71 @@ type Access struct {
 }
 
 type namespaceSecrets struct {
+	// cache watches the metadata of the namespace's Secrets labelled
+	// managed-by=fleetdb (stripMetadata: name and resourceVersion only).
 	cache  cache.Cache
 	cancel context.CancelFunc
+
+	mu sync.Mutex
+	// data are the Secrets the hub read by name, each at the
+	// resourceVersion it was read at: only fleetdb's own (kept), a
+	// Database's credentials or topology PKI.
+	data map[string]*corev1.Secret
+}
+
+// secretGVK is the kind of the namespace caches' metadata objects.
+var secretGVK = corev1.SchemeGroupVersion.WithKind("Secret")
+
+// lookup is the Secret name as read at resourceVersion rv, if the hub read it
+// at that version.
+func (n *namespaceSecrets) lookup(name, rv string) *corev1.Secret {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s := n.data[name]; s != nil && s.ResourceVersion == rv {
+		return s
+	}
+	return nil
+}
+
+// keep stores a copy of s, read live, when it is one of fleetdb's hub
+// Secrets (its label, a Database as its controller): a Secret of that name
+// that is someone else's is read again when asked for, never kept.
+func (n *namespaceSecrets) keep(s *corev1.Secret) {
+	owner := metav1.GetControllerOf(s)
+	if s.Labels[fleetv1alpha1.LabelManagedBy] != fleetv1alpha1.ManagedByValue || owner == nil || owner.Kind != "Database" {
+		return
+	}
+	c := s.DeepCopy()
+	c.ManagedFields = nil
+	n.mu.Lock()
+	n.data[s.Name] = c
+	n.mu.Unlock()
+}
+
+// drop forgets the data of a Secret the watch saw change (gone: always).
+func (n *namespaceSecrets) drop(obj any, gone bool) {
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	o, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	n.mu.Lock()
+	if s := n.data[o.GetName()]; s != nil && (gone || s.ResourceVersion != o.GetResourceVersion()) {
+		delete(n.data, o.GetName())
+	}
+	n.mu.Unlock()
+}
+
+// stripMetadata keeps of a watched Secret's metadata what get needs: its
+// name, namespace, UID and resourceVersion. Labels, annotations, owners and
+// managed fields are a tenant's to fill (up to the object size limit).
+func stripMetadata(in any) (any, error) {
+	if m, ok := in.(*metav1.PartialObjectMetadata); ok {
+		m.ObjectMeta = metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}
+	}
+	return in, nil
 }
 
 // NewAccess is the hub's Secret access in the hub cluster of mgr; it never
@@ -192,21 +268,53 @@ func (h *Access) mayWatchSecrets(ctx context.Context, ns string) (bool, error) {
 	return review.Status.Allowed, nil
 }
 
-// bind creates the RoleBinding Role in ns for the hub's identity.
+// BindingPolicy is the admission policy of deploy/rbac (secrets_policy.yaml)
+// that admits the hub's RoleBinding only in a namespace where a Database
+// lives, by the API server's own watch of the Databases.
+const BindingPolicy = "fleetdb-hub-binds-only-where-databases-live"
+
+// bind creates the RoleBinding Role in ns for the hub's identity. The API
+// server admits it only where it has seen a Database (BindingPolicy); the
+// hub reconciles a Database it saw, so a refusal by that policy is the API
+// server's watch behind the hub's: it binds again, with backoff, for a few
+// seconds, then returns the refusal (the reconcile is retried).
 func (h *Access) bind(ctx context.Context, ns string) error {
-	return member.BindSelf(ctx, h.c, ns, Role)
+	var last error
+	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: 6, Cap: 2 * time.Second},
+		func(ctx context.Context) (bool, error) {
+			last = member.BindSelf(ctx, h.c, ns, Role)
+			// (A refusal for missing params is 422 Invalid, not 403.)
+			if last != nil && (apierrors.IsInvalid(last) || apierrors.IsForbidden(last)) && strings.Contains(last.Error(), BindingPolicy) {
+				return false, nil
+			}
+			return true, last
+		})
+	if err != nil && last != nil {
+		return last
+	}
+	return err
 }
 
-// watch starts the cache of fleetdb's Secrets in ns and waits for its first
-// list (bounded by ctx).
+// watch starts the metadata cache of fleetdb's Secrets in ns and waits for
+// its first list (bounded by ctx).
 func (h *Access) watch(ctx context.Context, ns string) (*namespaceSecrets, error) {
 	c, err := cache.New(h.cfg, cache.Options{
 		HTTPClient: h.httpClient, Scheme: h.scheme, Mapper: h.mapper,
 		DefaultNamespaces:    map[string]cache.Config{ns: {}},
 		DefaultLabelSelector: labels.SelectorFromSet(labels.Set{fleetv1alpha1.LabelManagedBy: fleetv1alpha1.ManagedByValue}),
+		DefaultTransform:     stripMetadata,
 	})
+	e := &namespaceSecrets{cache: c, data: map[string]*corev1.Secret{}}
 	if err == nil {
-		_, err = c.GetInformer(ctx, &corev1.Secret{})
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(secretGVK)
+		var inf cache.Informer
+		if inf, err = c.GetInformer(ctx, m); err == nil {
+			_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+				UpdateFunc: func(_, obj any) { e.drop(obj, false) },
+				DeleteFunc: func(obj any) { e.drop(obj, true) },
+			})
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("watching fleetdb's Secrets in namespace %s: %w", ns, err)
@@ -223,7 +331,8 @@ func (h *Access) watch(ctx context.Context, ns string) (*namespaceSecrets, error
 		cancel()
 		return nil, fmt.Errorf("watching fleetdb's Secrets in namespace %s: the first list did not finish in time", ns)
 	}
-	return &namespaceSecrets{cache: c, cancel: cancel}, nil
+	e.cancel = cancel
+	return e, nil
 }
 
 // forget drops what is known of ns after the API server refused a Secret
@@ -317,17 +426,31 @@ func (h *Access) othersCached(ctx context.Context, ns string, except types.UID) 
 	return false
 }
 
-// get reads a Secret of a tenant namespace: from the namespace's cache when
-// this process holds one (ensure), else live (a sharded hub's replica that
-// reads what the leader bound).
+// get reads a Secret of a tenant namespace by name. Where this process
+// holds the namespace's cache (ensure): NotFound when the cache has no
+// Secret of that name labelled fleetdb's (as a cache of the Secrets would
+// answer), the data kept when the hub read it at the resourceVersion the
+// cache shows, else a live read by name (kept when it is fleetdb's). Without
+// the cache (a sharded hub's replica that reads what the leader bound): live.
 func (h *Access) get(ctx context.Context, key client.ObjectKey, s *corev1.Secret) error {
-	var err error
-	if e, _ := h.entry(key.Namespace); e != nil {
-		err = e.cache.Get(ctx, key, s)
-	} else {
-		err = h.live.Get(ctx, key, s)
+	e, _ := h.entry(key.Namespace)
+	if e == nil {
+		return h.refused(key.Namespace, h.live.Get(ctx, key, s))
 	}
-	return h.refused(key.Namespace, err)
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(secretGVK)
+	if err := e.cache.Get(ctx, key, m); err != nil {
+		return h.refused(key.Namespace, err)
+	}
+	if kept := e.lookup(key.Name, m.ResourceVersion); kept != nil {
+		kept.DeepCopyInto(s)
+		return nil
+	}
+	if err := h.live.Get(ctx, key, s); err != nil {
+		return h.refused(key.Namespace, err)
+	}
+	e.keep(s)
+	return nil
 }
 
 // refused forgets ns when err is the API server refusing a Secret call
