@@ -28,16 +28,7 @@ import (
 // change them, and --labels "", --no-namespace-selector and
 // --replication-host-template "" remove them (issue 25, item 10).
 func TestJoinAgainKeepsTenancy(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts kube-apiservers")
-	}
-	f := fleet.Start(t, fleet.Options{Members: []string{"m1"}, WithoutCNPG: []string{"m1"}})
-	ctx := fleet.Context(t)
-	hub, member := f.Hub.Client, f.Member("m1").Client
-	if err := hub.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fleetdb-system"}}); err != nil {
-		t.Fatal(err)
-	}
-	go fillToken(ctx, t, member)
+	f, ctx, hub, _ := startJoinFleet(t)
 	dir := t.TempDir()
 	hubKubeconfig, memberKC := filepath.Join(dir, "hub"), filepath.Join(dir, "member")
 	for path, data := range map[string][]byte{hubKubeconfig: f.Hub.Kubeconfig, memberKC: f.Member("m1").Kubeconfig} {
@@ -133,4 +124,22 @@ func fillToken(ctx context.Context, t *testing.T, member client.Client) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// startJoinFleet starts a hub and one member without CloudNativePG, creates
+// the hub namespace join writes to, and fills the member's token as its
+// token controller would.
+func startJoinFleet(t *testing.T) (*fleet.Fleet, context.Context, client.Client, client.Client) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts kube-apiservers")
+	}
+	f := fleet.Start(t, fleet.Options{Members: []string{"m1"}, WithoutCNPG: []string{"m1"}})
+	ctx := fleet.Context(t)
+	hub, member := f.Hub.Client, f.Member("m1").Client
+	if err := hub.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fleetdb-system"}}); err != nil {
+		t.Fatal(err)
+	}
+	go fillToken(ctx, t, member)
+	return f, ctx, hub, member
 }

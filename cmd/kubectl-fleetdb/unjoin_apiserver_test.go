@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	memberdeploy "github.com/fleetdb/fleetdb/deploy/member"
-	"github.com/fleetdb/fleetdb/test/fleet"
 )
 
 // TestJoinUnjoinSafety (issue 42, item 6) runs join and unjoin against real
@@ -30,16 +29,7 @@ import (
 // so unjoin stops in the middle, and by then the token Secret and the
 // ClusterRoleBinding must be gone while the policies still stand.
 func TestJoinUnjoinSafety(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts kube-apiservers")
-	}
-	f := fleet.Start(t, fleet.Options{Members: []string{"m1"}, WithoutCNPG: []string{"m1"}})
-	ctx := fleet.Context(t)
-	hub, member := f.Hub.Client, f.Member("m1").Client
-	if err := hub.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fleetdb-system"}}); err != nil {
-		t.Fatal(err)
-	}
-	go fillToken(ctx, t, member)
+	f, ctx, _, member := startJoinFleet(t)
 	dir := t.TempDir()
 	hubKC, memberKC, insecureKC := filepath.Join(dir, "hub"), filepath.Join(dir, "member"), filepath.Join(dir, "insecure")
 	raw, err := clientcmd.Load(f.Member("m1").Kubeconfig)
