@@ -147,17 +147,48 @@ func (src recoverySources) accepts(s *corev1.Secret, db *fleetv1alpha1.Database,
 // one of this Database's UID is preferred. It also reports the members the
 // Database may be on (placed now or in its status) that cannot be read.
 func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1alpha1.Database) (recovered, error) {
-	var res recovered
+	src, ran, registered, err := r.recoverySourcesOf(ctx, db)
+	if err != nil {
+		return recovered{}, err
+	}
+	names := src.membersToRead(registered)
+	// The members are read at once (a read may go to a member's API server,
+	// see memberCredentials); the results are weighed in name order.
+	reads := make([]memberRead, len(names))
+	absentSince := time.Now()
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			reads[i].secret, reads[i].ok, reads[i].absent = r.memberCredentials(ctx, db, name)
+		})
+	}
+	wg.Wait()
+	res := src.weigh(db, names, reads, ran)
+	res.absentSince = absentSince
+	return res, nil
+}
+
+// memberRead is what memberCredentials found in one member.
+type memberRead struct {
+	secret     *corev1.Secret
+	ok, absent bool
+}
+
+// recoverySourcesOf gathers what may vouch for a member's copy of db's
+// credentials (recoverySources), the members db ran on (placed now or in its
+// status) and the registered members.
+func (r *databaseReconciler) recoverySourcesOf(ctx context.Context, db *fleetv1alpha1.Database) (
+	src recoverySources, ran, registered map[string]bool, err error) {
 	var members fleetv1alpha1.MemberClusterList
 	if err := r.hub.List(ctx, &members); err != nil {
-		return res, fmt.Errorf("listing member clusters: %w", err)
+		return src, nil, nil, fmt.Errorf("listing member clusters: %w", err)
 	}
 	admitted, _, err := r.admitMembers(ctx, db, members.Items)
 	if err != nil {
-		return res, err
+		return src, nil, nil, err
 	}
-	src := recoverySources{current: map[string]bool{}, told: types.UID(db.Annotations[fleetv1alpha1.AnnotationAdoptCredentials])}
-	ran := map[string]bool{}
+	src = recoverySources{current: map[string]bool{}, told: types.UID(db.Annotations[fleetv1alpha1.AnnotationAdoptCredentials])}
+	ran = map[string]bool{}
 	for _, name := range placement.CurrentMembers(db) {
 		src.current[name], ran[name] = true, true
 	}
@@ -167,12 +198,18 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 		}
 	}
 	if src.retained, src.skipped, src.skippedUIDs, err = r.hubRecords(ctx, db); err != nil {
-		return res, err
+		return src, nil, nil, err
 	}
-	registered := map[string]bool{}
+	registered = map[string]bool{}
 	for i := range members.Items {
 		registered[members.Items[i].Name] = true
 	}
+	return src, ran, registered, nil
+}
+
+// membersToRead are the registered members the sources point at, sorted:
+// the current ones and those the retained record and the tombstones name.
+func (src recoverySources) membersToRead(registered map[string]bool) []string {
 	read := maps.Clone(src.current)
 	if src.retained != nil {
 		for _, name := range src.retained.Members {
@@ -190,19 +227,18 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 			names = append(names, name)
 		}
 	}
-	// The members are read at once (a read may go to a member's API server,
-	// see memberCredentials); the results are weighed in name order.
-	secrets, oks, absent := make([]*corev1.Secret, len(names)), make([]bool, len(names)), make([]bool, len(names))
-	res.absentSince = time.Now()
-	var wg sync.WaitGroup
-	for i, name := range names {
-		wg.Go(func() { secrets[i], oks[i], absent[i] = r.memberCredentials(ctx, db, name) })
-	}
-	wg.Wait()
+	return names
+}
+
+// weigh folds the members' reads, in name order, into what was recovered:
+// the first vouched-for copy, or the Database's own one where there is one;
+// the members that could not be read or hold an unvouched copy.
+func (src recoverySources) weigh(db *fleetv1alpha1.Database, names []string, reads []memberRead, ran map[string]bool) recovered {
+	var res recovered
 	bestOwn := false
 	for i, name := range names {
-		s, ok := secrets[i], oks[i]
-		if absent[i] {
+		s, ok := reads[i].secret, reads[i].ok
+		if reads[i].absent {
 			res.absent = append(res.absent, name)
 		}
 		switch {
@@ -227,7 +263,7 @@ func (r *databaseReconciler) recoverCredentials(ctx context.Context, db *fleetv1
 			res.from, bestOwn = name, own
 		}
 	}
-	return res, nil
+	return res
 }
 
 // hubRecords are the hub's records of earlier Databases of db's
