@@ -393,14 +393,18 @@ func testRecreate(t *testing.T, e *env) {
 		g.Expect(e.getDB(ns, "again").Status.Phase).To(Equal(fleetv1alpha1.PhaseReady))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	first := e.getDB(ns, "again")
+	var old corev1.Secret
+	g.Expect(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "again-credentials"}, &old)).To(Succeed())
 	g.Expect(e.hub.Delete(e.ctx, first)).To(Succeed())
+	// Created again the moment the first is gone: the hub releases its
+	// Secret access in the namespace (the last Database went) as the new
+	// one needs it again, and no call of the hub's may be refused
+	// (TestHub's identity: every 403 fails it).
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "again"}, &fleetv1alpha1.Database{}))
-	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
-	var old corev1.Secret
-	g.Expect(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "again-credentials"}, &old)).To(Succeed(), "the leftover this test is about")
-
+	}).WithTimeout(eventually).WithPolling(10 * time.Millisecond).Should(BeTrue())
 	g.Expect(e.hub.Create(e.ctx, newDB(ns, "again", "m1"))).To(Succeed())
+	g.Expect(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "again-credentials"}, &corev1.Secret{})).To(Succeed(), "the leftover this test is about")
 	g.Eventually(func(g Gomega) {
 		db := e.getDB(ns, "again")
 		g.Expect(db.UID).NotTo(Equal(first.UID))

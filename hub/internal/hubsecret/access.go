@@ -393,6 +393,7 @@ func (h *Access) Release(ctx context.Context, ns string, except types.UID) error
 	if err := h.live.List(ctx, &bindings, client.InNamespace(ns), client.MatchingFields{"metadata.name": Role}); err != nil {
 		return fmt.Errorf("reading RoleBinding %s of namespace %s: %w", Role, ns, err)
 	}
+	removed := false
 	for i := range bindings.Items {
 		rb := &bindings.Items[i]
 		if rb.Name != Role || rb.Labels[fleetv1alpha1.LabelManagedBy] != fleetv1alpha1.ManagedByValue {
@@ -401,11 +402,38 @@ func (h *Access) Release(ctx context.Context, ns string, except types.UID) error
 		if err := h.c.Delete(ctx, rb, client.Preconditions{UID: &rb.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("removing RoleBinding %s of namespace %s: %w", Role, ns, err)
 		}
+		removed = true
+	}
+	if removed {
+		h.awaitRevoked(ctx, ns)
 	}
 	h.mu.Lock()
 	h.released[ns] = true
 	h.mu.Unlock()
 	return nil
+}
+
+// revokeWait bounds how long Release waits for the API server's authorizer
+// to stop granting the Secrets of a namespace whose RoleBinding it removed.
+const revokeWait = 10 * time.Second
+
+// awaitRevoked waits, under the namespace's lock, until the API server no
+// longer grants the hub the Secrets of ns (its authorizer learns of the
+// RoleBinding's deletion from a watch, a moment after the delete), or
+// revokeWait passes (another grant of the hub's, wider rights, stays).
+// Without it a Database created in ns right after its last one went is
+// ensured while the authorizer still shows the binding deleted: the review
+// says allowed, nothing is bound, and the namespace cache's list is then
+// refused until the reconcile gives up and binds (issue 42: the hub never
+// asks for a Secret the API server refuses it).
+func (h *Access) awaitRevoked(ctx context.Context, ns string) {
+	wctx, cancel := context.WithTimeout(ctx, revokeWait)
+	defer cancel()
+	_ = wait.ExponentialBackoffWithContext(wctx, wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Steps: 1 << 20, Cap: 500 * time.Millisecond},
+		func(ctx context.Context) (bool, error) {
+			allowed, err := h.mayWatchSecrets(ctx, ns)
+			return err == nil && !allowed, nil
+		})
 }
 
 // othersCached reports whether the hub's cache holds a Database of ns other
