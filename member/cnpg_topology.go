@@ -296,15 +296,25 @@ func ReadReplicationStatus(u *unstructured.Unstructured) ReplicationStatus {
 	rs.LastPromotionToken, _, _ = unstructured.NestedString(u.Object, "status", "lastPromotionToken")
 	rs.SwitchInProgress, _, _ = unstructured.NestedBool(u.Object, "status", "switchReplicaClusterStatus", "inProgress")
 	rs.SystemID, _, _ = unstructured.NestedString(u.Object, "status", "systemID")
-	rs.RunsPrimary, rs.TimelineID = reportedInstances(u, s.currentPrimary)
+	rs.RunsPrimary, rs.TimelineID, rs.UnreadInstances = reportedInstances(u, s.currentPrimary)
 	return rs
 }
 
 // reportedInstances reads status.instancesReportedState: whether an
-// instance reports itself a primary, and the timeline the current (or
-// designated) primary instance reports.
-func reportedInstances(u *unstructured.Unstructured, current string) (runsPrimary bool, timeline int64) {
+// instance reports itself a primary, the timeline the current (or
+// designated) primary instance reports, and the instances whose state
+// CloudNativePG could not read (see ReplicationStatus.UnreadInstances):
+// those of status.instanceNames, and the current and target primary, that
+// have no entry or one with timeLineID 0.
+func reportedInstances(u *unstructured.Unstructured, current string) (runsPrimary bool, timeline int64, unread []string) {
 	reported, _, _ := unstructured.NestedMap(u.Object, "status", "instancesReportedState")
+	known, _, _ := unstructured.NestedStringSlice(u.Object, "status", "instanceNames")
+	target, _, _ := unstructured.NestedString(u.Object, "status", "targetPrimary")
+	for _, pod := range []string{current, target} {
+		if pod != "" && !slices.Contains(known, pod) {
+			known = append(known, pod)
+		}
+	}
 	for pod, v := range reported {
 		state, _ := v.(map[string]any)
 		primary, _ := state["isPrimary"].(bool)
@@ -312,8 +322,18 @@ func reportedInstances(u *unstructured.Unstructured, current string) (runsPrimar
 		if pod == current {
 			timeline = reportedTimeline(state["timeLineID"])
 		}
+		if !slices.Contains(known, pod) {
+			known = append(known, pod)
+		}
 	}
-	return runsPrimary, timeline
+	for _, pod := range known {
+		state, _ := reported[pod].(map[string]any)
+		if state == nil || reportedTimeline(state["timeLineID"]) == 0 {
+			unread = append(unread, pod)
+		}
+	}
+	slices.Sort(unread)
+	return runsPrimary, timeline, unread
 }
 
 // reportedTimeline reads an instance's timeLineID (an integer in JSON).

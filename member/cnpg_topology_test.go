@@ -182,6 +182,49 @@ func TestReadReplicationStatusAndRole(t *testing.T) {
 	g.Expect(member.ReadReplicationStatus(u).Healthy).To(BeFalse(), "an instance is not ready")
 }
 
+// An instance CloudNativePG could not read (isPrimary false, timeLineID 0),
+// or one with a volume claim (status.instanceNames) that it did not ask
+// (no entry: its pod pending, terminating on a lost node, or gone), may
+// still run a primary: no report of the Cluster then proves that none does.
+func TestUnreadInstancesProveNothing(t *testing.T) {
+	g := NewWithT(t)
+	u := member.NewCNPGCluster()
+	u.SetName("orders")
+	status := map[string]any{
+		"currentPrimary": "orders-1", "instanceNames": []any{"orders-1", "orders-2"},
+		"instancesReportedState": map[string]any{
+			"orders-1": map[string]any{"isPrimary": false, "timeLineID": int64(4)},
+			"orders-2": map[string]any{"isPrimary": false, "timeLineID": int64(4)},
+		},
+	}
+	u.Object["status"] = status
+	r := member.ReadReplicationStatus(u)
+	g.Expect(r.UnreadInstances).To(BeEmpty())
+	g.Expect(r.NoPrimaryProven()).To(BeTrue(), "every instance read, none a primary")
+
+	reported := status["instancesReportedState"].(map[string]any)
+	reported["orders-1"] = map[string]any{"isPrimary": false, "timeLineID": int64(0)}
+	r = member.ReadReplicationStatus(u)
+	g.Expect(r.UnreadInstances).To(Equal([]string{"orders-1"}))
+	g.Expect(r.NoPrimaryProven()).To(BeFalse(), "the operator could not read orders-1")
+
+	delete(reported, "orders-1")
+	r = member.ReadReplicationStatus(u)
+	g.Expect(r.UnreadInstances).To(Equal([]string{"orders-1"}), "orders-1 has a volume claim but no report")
+	g.Expect(r.NoPrimaryProven()).To(BeFalse())
+
+	// No instanceNames (a status written before CloudNativePG listed
+	// them): the current primary still counts.
+	delete(status, "instanceNames")
+	g.Expect(member.ReadReplicationStatus(u).UnreadInstances).To(Equal([]string{"orders-1"}))
+	delete(status, "instancesReportedState")
+	g.Expect(member.ReadReplicationStatus(u).NoPrimaryProven()).To(BeFalse(), "nothing reported at all")
+
+	reported["orders-1"] = map[string]any{"isPrimary": true, "timeLineID": int64(4)}
+	status["instancesReportedState"] = reported
+	g.Expect(member.ReadReplicationStatus(u).NoPrimaryProven()).To(BeFalse(), "a primary")
+}
+
 func TestApplyBodyKeepsTheLiveBootstrap(t *testing.T) {
 	g := NewWithT(t)
 	// The member was a standby when its Cluster was created; a switchover

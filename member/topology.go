@@ -87,6 +87,24 @@ type ReplicationStatus struct {
 	// pkg/management/postgres/probes.go, v1.30.0). A designated primary of a
 	// replica cluster is in recovery: false once a demotion finished.
 	RunsPrimary bool
+	// UnreadInstances are the Cluster's instances whose state CloudNativePG
+	// could not read in its last report: an instance of
+	// status.instanceNames (every instance that has a volume claim, so may
+	// run PostgreSQL: EnrichStatus in pkg/reconciler/persistentvolumeclaim/
+	// status.go, v1.30.0) without an entry in instancesReportedState (its
+	// pod is not active: pending, being deleted, e.g. on a lost node, or
+	// gone; only active pods are asked, GetStatusFromInstances in
+	// pkg/management/postgres/webserver/client/remote/instance.go), or with
+	// timeLineID 0 (the instance manager did not answer: CloudNativePG
+	// records such an instance with isPrimary false and timeLineID 0,
+	// updateClusterStatusThatRequiresInstancesState in
+	// internal/controller/cluster_status.go; a readable instance always
+	// reports a timeline of 1 or more). isPrimary false says nothing of
+	// those: each may still run a primary, and CloudNativePG does not even
+	// start demoting a Cluster none of whose instances it sees as primary
+	// (containsPrimaryInstance in pkg/reconciler/replicaclusterswitch/
+	// reconciler.go, v1.30.0).
+	UnreadInstances []string
 	// SystemID is status.systemID: the PostgreSQL system identifier every
 	// reporting instance agrees on, "" when they do not or none reported
 	// (same file, v1.30.0). A standby cloned with pg_basebackup has its
@@ -100,6 +118,14 @@ type ReplicationStatus struct {
 	// updates that one only from an instance that is a primary, so on a
 	// replica cluster it keeps the value from before a demotion.
 	TimelineID int64
+}
+
+// NoPrimaryProven reports whether the Cluster's last report proves that
+// none of its instances runs as a primary: every instance CloudNativePG
+// knows of was read, and none is a primary. An instance it could not read
+// leaves the question open (see UnreadInstances).
+func (r ReplicationStatus) NoPrimaryProven() bool {
+	return !r.RunsPrimary && len(r.UnreadInstances) == 0
 }
 
 // StreamsFrom reports whether the Cluster that reported r can be streaming

@@ -97,6 +97,9 @@ type cnpgSim struct {
 	systemIDs        map[string]string    // ns/name -> the Database's system identifier
 	frozen           map[string]bool
 	unhealthy        map[string]bool
+	// blind: members whose operator cannot read its instances (a cut
+	// between the operator and the pods, PostgreSQL still running).
+	blind map[string]bool
 	// holdDemotion: members whose demotion stays in progress.
 	holdDemotion map[string]bool
 	// used are the promotion tokens a promotion consumed; unrecoverable the
@@ -112,7 +115,7 @@ func newCNPGSim(e *env, delay time.Duration) *cnpgSim {
 	return &cnpgSim{e: e, delay: delay, acting: map[string]bool{}, demoteAt: map[string]time.Time{},
 		tokens: map[string]bool{}, timeline: map[string]int64{}, reported: map[string]int64{}, replayed: map[string]time.Time{},
 		restartpoint: 2 * time.Second, holdRestartpoint: map[string]bool{}, diverged: map[string]bool{}, uids: map[string]types.UID{},
-		systemIDs: map[string]string{}, frozen: map[string]bool{}, unhealthy: map[string]bool{},
+		systemIDs: map[string]string{}, frozen: map[string]bool{}, unhealthy: map[string]bool{}, blind: map[string]bool{},
 		holdDemotion: map[string]bool{}, used: map[string]bool{}, unrecoverable: map[string]bool{}}
 }
 
@@ -170,6 +173,21 @@ func (s *cnpgSim) freeze(m string, on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.frozen[m] = on
+}
+
+// setBlind cuts m's operator off from its instances (on), as a network
+// policy or a partition between the operator and the pods would, while
+// PostgreSQL keeps running: CloudNativePG then reports each instance with
+// isPrimary false and timeLineID 0 and no system identifier
+// (updateClusterStatusThatRequiresInstancesState in
+// internal/controller/cluster_status.go, v1.30.0), and starts no demotion,
+// since it sees no primary instance (containsPrimaryInstance in
+// pkg/reconciler/replicaclusterswitch/reconciler.go): an acting primary runs
+// on as one.
+func (s *cnpgSim) setBlind(m string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.blind[m] = on
 }
 
 func (s *cnpgSim) setUnhealthy(m string, on bool) {
@@ -271,6 +289,9 @@ func (s *cnpgSim) transition(m string, u *unstructured.Unstructured, self, prima
 	switch {
 	case acting && primary != self:
 		at, ok := s.demoteAt[key]
+		if !ok && s.blind[m] {
+			return next // no primary instance seen: no switch started
+		}
 		if !ok {
 			s.demoteAt[key] = time.Now().Add(s.delay)
 			next["switchReplicaClusterStatus"] = map[string]any{"inProgress": true}
@@ -346,6 +367,14 @@ func (s *cnpgSim) report(key, db, name, primary string, next map[string]any) {
 	} else if m, _, _ := strings.Cut(key, "/"); !s.holdRestartpoint[m] && time.Since(at) >= s.restartpoint {
 		s.reported[key] = s.timeline[key] // the restartpoint
 		delete(s.replayed, key)
+	}
+	next["instanceNames"] = []any{name + "-1"}
+	if m, _, _ := strings.Cut(key, "/"); s.blind[m] {
+		next["systemID"] = ""
+		next["instancesReportedState"] = map[string]any{
+			name + "-1": map[string]any{"isPrimary": false, "timeLineID": int64(0)},
+		}
+		return
 	}
 	next["systemID"] = s.systemIDs[db]
 	next["instancesReportedState"] = map[string]any{

@@ -29,6 +29,7 @@ func TestTopology(t *testing.T) {
 	t.Run("a never-healthy target or a demotion without a token stops the switchover; the old primary stays or comes back", func(t *testing.T) { testSwitchoverTargetUnhealthy(t, e, sim) })
 	t.Run("a forced promotion fences the lost primary, which stays fenced until rebuilt; a target that does not stream is refused", func(t *testing.T) { testForcedFailover(t, e, sim) })
 	t.Run("a forced promotion demotes a reachable old primary and sees it demoted before promoting", func(t *testing.T) { testForcedFailoverReachable(t, e, sim) })
+	t.Run("a forced promotion waits while the old primary's operator cannot read its instance", func(t *testing.T) { testForcedFailoverUnread(t, e, sim) })
 	t.Run("a Synchronous primary without a reachable standby says its commits wait; Asynchronous renders no synchronous standbys", func(t *testing.T) {
 		testDurability(t, e)
 	})
@@ -461,6 +462,59 @@ func testForcedFailoverReachable(t *testing.T, e *env, sim *cnpgSim) {
 	e.writes.Hang("m1", false)
 	released = true
 	db = e.expectStable(g, ns, "parts", "m2", members...)
+	last := db.Status.Topology.LastSwitchover
+	g.Expect(last.Kind).To(Equal(fleetv1alpha1.SwitchoverForced))
+	g.Expect(last.Outcome).To(Equal("Succeeded"))
+	g.Expect(db.Status.Topology.Fenced).To(BeEmpty(), "m1 was demoted before m2's promotion: it follows m2")
+	n, seen := w.most()
+	g.Expect(n).To(Equal(1), "members written or acting as primary at once: %v", seen)
+}
+
+// testForcedFailoverUnread (issue 36, item 1): the old primary's member is
+// reachable, but its CloudNativePG cannot read the instance, which keeps
+// running as a primary; CloudNativePG reports it isPrimary false with
+// timeLineID 0 and starts no demotion (cnpgSim.setBlind). That report
+// proves nothing: the target is not promoted while the old primary may take
+// writes. Once the operator reads the instance again, it demotes it, and
+// the forced promotion goes through with one primary at a time.
+func testForcedFailoverUnread(t *testing.T, e *env, sim *cnpgSim) {
+	g := NewWithT(t)
+	ns := e.namespace("topo-failover-unread")
+	members := []string{"m1", "m2", "m3"}
+	db := newTopologyDB(ns, "lines", "m1", members...)
+	db.Spec.Topology.StepTimeout = &metav1.Duration{Duration: time.Minute}
+	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
+	e.expectStable(g, ns, "lines", "m1", members...)
+	w := &primaryWatch{e: e, sim: sim, ns: ns, name: "lines"}
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	go w.run(ctx)
+
+	sim.setBlind("m1", true)
+	blind := true
+	defer func() {
+		if blind {
+			sim.setBlind("m1", false)
+		}
+	}()
+	e.setFailover(g, ns, "lines", "m2", "m1's operator lost its instance")
+	g.Eventually(func(g Gomega) {
+		sw := e.getDB(ns, "lines").Status.Topology.Switchover
+		g.Expect(sw).NotTo(BeNil())
+		g.Expect(sw.Step).To(Equal(fleetv1alpha1.StepFence))
+		g.Expect(sw.Message).To(ContainSubstring("could not read instance lines-1"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		p, tok := e.replicaOf(g, "m2", ns, "lines")
+		g.Expect(p).To(Equal("m1"), "m2 is not promoted while m1 may run a primary")
+		g.Expect(tok).To(BeEmpty())
+		g.Expect(sim.actingPrimaries(ns, "lines")).To(ConsistOf("m1"))
+		g.Expect(e.getDB(ns, "lines").Status.Topology.Switchover.Step).To(Equal(fleetv1alpha1.StepFence))
+	}).WithTimeout(4 * time.Second).WithPolling(poll).Should(Succeed())
+
+	sim.setBlind("m1", false)
+	blind = false
+	db = e.expectStable(g, ns, "lines", "m2", members...)
 	last := db.Status.Topology.LastSwitchover
 	g.Expect(last.Kind).To(Equal(fleetv1alpha1.SwitchoverForced))
 	g.Expect(last.Outcome).To(Equal("Succeeded"))

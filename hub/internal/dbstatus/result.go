@@ -104,5 +104,5 @@ func SameReplication(a, b *member.ReplicationStatus) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return *a == *b
+	return apiequality.Semantic.DeepEqual(*a, *b)
 }

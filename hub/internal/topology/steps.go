@@ -194,8 +194,12 @@ func streamGap(m string, r *member.ReplicationStatus, p string, pr *member.Repli
 // reachable, its Cluster is written a standby of the target (decideRole
 // renders it so from Fence on) and the target is promoted only once the
 // old primary reports that spec and no instance that runs as a primary, in
-// a report made after the step started: two primaries never run at once
-// when the hub can see the old one. An unreachable old primary cannot be
+// a report made after the step started, one in which CloudNativePG read
+// every instance it knows of (an instance it could not read reports
+// isPrimary false and may still run a primary: ReplicationStatus.
+// NoPrimaryProven): two primaries never run at once when the hub can see
+// the old one. A step timeout stops the promotion at Fence (before
+// Promote): waiting never turns "unknown" into "demoted". An unreachable old primary cannot be
 // demoted: the fence alone stands (it is written a standby when it is back;
 // what it had not streamed is lost, as spec.topology.failover says).
 func (t *Pass) fenced(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
@@ -214,6 +218,10 @@ func (t *Pass) fenced(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
 		return false, sw.From + " is reachable: waiting for its Cluster to follow " + sw.To + " (demotion) before promoting " + sw.To
 	case from.SwitchInProgress || from.RunsPrimary:
 		return false, sw.From + " is reachable and still runs a primary instance: waiting for its demotion before promoting " + sw.To
+	case !from.NoPrimaryProven():
+		return false, sw.From + " is reachable but its CloudNativePG could not read instance " + strings.Join(from.UnreadInstances, ", ") +
+			", which may still run a primary: waiting for a report of every instance before promoting " + sw.To +
+			" (to promote without it, cut " + sw.From + " off from the hub)"
 	}
 	return true, ""
 }
