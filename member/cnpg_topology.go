@@ -128,9 +128,11 @@ func (r renderer) wireTopology(spec map[string]any) {
 	}
 	spec["replica"] = replica
 	spec["externalClusters"] = r.externalClusters()
+	pg := map[string]any{"parameters": linkParameters(r.db)}
 	if sync := synchronousConfig(t); sync != nil {
-		spec["postgresql"] = map[string]any{"synchronous": sync}
+		pg["synchronous"] = sync
 	}
+	spec["postgresql"] = pg
 	// No serverAltDNSNames: CloudNativePG's webhook refuses them beside a
 	// serverTLSSecret, on create and update (validateCerts in
 	// internal/webhook/v1/cluster_webhook.go, v1.30.0). The server
@@ -151,6 +153,25 @@ func (r renderer) wireTopology(spec map[string]any) {
 			}
 		}
 		spec["bootstrap"] = map[string]any{"pg_basebackup": basebackup}
+	}
+}
+
+// linkParameters are the PostgreSQL parameters of the replication
+// connection between the members (spec.topology.link), on every member: a
+// switchover makes a standby the primary, and the parameters are the
+// sender's there and the receiver's on a standby. CloudNativePG's defaults
+// (wal_sender_timeout and wal_receiver_timeout 5s, wal_keep_size 512MB:
+// CnpgConfigurationSettings in pkg/postgres/configuration.go, v1.30.0) are
+// meant for instances in one cluster; a user value replaces a default there,
+// and none of these is a fixed parameter (FixedConfigurationParameters,
+// same file). All three take effect on a reload.
+func linkParameters(db *fleetv1alpha1.Database) map[string]any {
+	timeout := fmt.Sprintf("%dms", db.EffectiveLinkTimeout().Milliseconds())
+	return map[string]any{
+		"wal_sender_timeout":   timeout,
+		"wal_receiver_timeout": timeout,
+		// Whole megabytes (wal_keep_size's unit), rounded up.
+		"wal_keep_size": fmt.Sprintf("%dMB", (db.EffectiveWALKeepSize()+(1<<20)-1)>>20),
 	}
 }
 

@@ -3,9 +3,12 @@ package member_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -64,7 +67,8 @@ func TestRenderTopologyPrimary(t *testing.T) {
 			"sslRootCert": ref("orders-topology-ca", "ca.crt"),
 		},
 	}), "every member, sorted by name; the application_name is this member's, the name its standby has on the primary")
-	g.Expect(spec).NotTo(HaveKey("postgresql"), "no synchronous standbys: asynchronous commits")
+	g.Expect(spec["postgresql"]).To(Equal(map[string]any{"parameters": wanLink}),
+		"no synchronous standbys: asynchronous commits; the link's parameters")
 
 	ca := r.objs["Secret/orders-topology-ca"].(*corev1.Secret)
 	g.Expect(ca.Data).To(Equal(map[string][]byte{"ca.crt": []byte("ca-cert")}), "the CA Secret holds no key")
@@ -109,11 +113,47 @@ func TestRenderTopologySynchronous(t *testing.T) {
 				want = append(want, "fleetdb:"+m)
 			}
 		}
-		g.Expect(spec["postgresql"]).To(Equal(map[string]any{"synchronous": map[string]any{
+		g.Expect(spec["postgresql"]).To(Equal(map[string]any{"parameters": wanLink, "synchronous": map[string]any{
 			"method": "any", "number": int64(1), "maxStandbyNamesFromCluster": int64(0),
 			"standbyNamesPre": want, "dataDurability": "required",
 		}}), "%s: one of the other members' standbys, never its own instances (a member named orders-2 is not the instance orders-2)", self)
 	}
+}
+
+// wanLink are the link's parameters of a PrimaryStandby Database without
+// spec.topology.link on a 10Gi volume: 30s timeouts, a quarter of the
+// volume of WAL kept.
+var wanLink = map[string]any{"wal_sender_timeout": "30000ms", "wal_receiver_timeout": "30000ms", "wal_keep_size": "2560MB"}
+
+// spec.topology.link replaces CloudNativePG's in-cluster defaults (5s,
+// 512MB) on every member; the default WAL kept follows the volume, within
+// 512Mi and 4Gi.
+func TestRenderTopologyLink(t *testing.T) {
+	g := NewWithT(t)
+	params := func(self string, mutate func(*fleetv1alpha1.Database)) map[string]any {
+		p := topologyParams(self, "eu-1")
+		mutate(p.Database)
+		spec := render(t, p).cluster().Object["spec"].(map[string]any)
+		return spec["postgresql"].(map[string]any)["parameters"].(map[string]any)
+	}
+	for _, self := range []string{"eu-1", "us-1"} {
+		got := params(self, func(db *fleetv1alpha1.Database) {
+			db.Spec.Topology = &fleetv1alpha1.TopologySpec{Mode: fleetv1alpha1.TopologyPrimaryStandby, PrimaryCluster: "eu-1"}
+			db.Spec.Topology.Link = &fleetv1alpha1.TopologyLinkSpec{
+				Timeout: &metav1.Duration{Duration: 90 * time.Second}, WALKeepSize: ptr(resource.MustParse("3Gi")),
+			}
+		})
+		g.Expect(got).To(Equal(map[string]any{"wal_sender_timeout": "90000ms", "wal_receiver_timeout": "90000ms", "wal_keep_size": "3072MB"}), self)
+	}
+	for size, want := range map[string]string{"1Gi": "512MB", "10Gi": "2560MB", "100Gi": "4096MB"} {
+		got := params("eu-1", func(db *fleetv1alpha1.Database) { db.Spec.Storage.Size = resource.MustParse(size) })
+		g.Expect(got).To(HaveKeyWithValue("wal_keep_size", want), "a %s volume", size)
+	}
+	got := params("eu-1", func(db *fleetv1alpha1.Database) {
+		db.Spec.Topology = &fleetv1alpha1.TopologySpec{Mode: fleetv1alpha1.TopologyPrimaryStandby, PrimaryCluster: "eu-1",
+			Link: &fleetv1alpha1.TopologyLinkSpec{WALKeepSize: ptr(resource.MustParse("1500k"))}}
+	})
+	g.Expect(got).To(HaveKeyWithValue("wal_keep_size", "2MB"), "rounded up to whole megabytes")
 }
 
 func TestStandbyApplicationName(t *testing.T) {

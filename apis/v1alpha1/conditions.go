@@ -639,6 +639,29 @@ func (d *Database) TopologyDurability() TopologyDurability {
 // DefaultSwitchoverStepTimeout is spec.topology.stepTimeout when unset.
 const DefaultSwitchoverStepTimeout = 5 * time.Minute
 
+// DefaultLinkTimeout is spec.topology.link.timeout when unset.
+const DefaultLinkTimeout = 30 * time.Second
+
+// EffectiveLinkTimeout is the replication connection's timeout between the
+// members of a PrimaryStandby Database (spec.topology.link.timeout).
+func (d *Database) EffectiveLinkTimeout() time.Duration {
+	if t := d.Spec.Topology; t != nil && t.Link != nil && t.Link.Timeout != nil {
+		return t.Link.Timeout.Duration
+	}
+	return DefaultLinkTimeout
+}
+
+// EffectiveWALKeepSize is the WAL every member of a PrimaryStandby Database
+// keeps for a standby that fell behind, in bytes
+// (spec.topology.link.walKeepSize; unset: a quarter of spec.storage.size,
+// between 512Mi and 4Gi).
+func (d *Database) EffectiveWALKeepSize() int64 {
+	if t := d.Spec.Topology; t != nil && t.Link != nil && t.Link.WALKeepSize != nil {
+		return t.Link.WALKeepSize.Value()
+	}
+	return min(max(d.Spec.Storage.Size.Value()/4, 512<<20), 4<<30)
+}
+
 // EffectiveStepTimeout is spec.topology.stepTimeout, or its default.
 func (d *Database) EffectiveStepTimeout() time.Duration {
 	if d.Spec.Topology != nil && d.Spec.Topology.StepTimeout != nil {

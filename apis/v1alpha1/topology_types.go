@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -58,6 +59,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.mode != 'PrimaryStandby' || (has(self.primaryCluster) && size(self.primaryCluster) > 0)",message="spec.topology.primaryCluster is required when mode is PrimaryStandby"
 // +kubebuilder:validation:XValidation:rule="self.mode == 'PrimaryStandby' || (!has(self.primaryCluster) && !has(self.failover))",message="spec.topology.primaryCluster and failover apply only to mode PrimaryStandby"
 // +kubebuilder:validation:XValidation:rule="self.mode == 'PrimaryStandby' || !has(self.durability)",message="spec.topology.durability applies only to mode PrimaryStandby"
+// +kubebuilder:validation:XValidation:rule="self.mode == 'PrimaryStandby' || !has(self.link)",message="spec.topology.link applies only to mode PrimaryStandby"
 // +kubebuilder:validation:XValidation:rule="!has(self.failover) || self.failover.targetCluster == self.primaryCluster",message="spec.topology.failover.targetCluster must equal spec.topology.primaryCluster (the standby being promoted)"
 type TopologySpec struct {
 	// Mode is Independent (the default) or PrimaryStandby.
@@ -103,6 +105,42 @@ type TopologySpec struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="spec.topology.stepTimeout must be between 10s and 24h"
 	StepTimeout *metav1.Duration `json:"stepTimeout,omitempty"`
+
+	// Link tunes the replication connection between the members, which
+	// usually crosses a WAN. Unset fields take the defaults documented on
+	// each (fit for a WAN, not CloudNativePG's in-cluster ones).
+	// +optional
+	Link *TopologyLinkSpec `json:"link,omitempty"`
+}
+
+// TopologyLinkSpec tunes the replication connection between the members of
+// a PrimaryStandby Database (rendered into every member's PostgreSQL
+// parameters, applied with a reload, no restart).
+type TopologyLinkSpec struct {
+	// Timeout is how long a replication connection may stay silent before
+	// either end drops it: PostgreSQL's wal_sender_timeout (on the primary)
+	// and wal_receiver_timeout (on a standby). CloudNativePG sets 5s, meant
+	// for a LAN: on a WAN five seconds of loss would drop the synchronous
+	// standby, and with durability Synchronous commits then wait until it
+	// has reconnected and caught up. Longer tolerates longer loss; shorter
+	// notices a dead link sooner (commits wait either way: what the
+	// timeout changes is how soon the standby reconnects, not whether a
+	// commit waits). Default 30s.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s') && duration(self) <= duration('10m')",message="spec.topology.link.timeout must be between 5s and 10m"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// WALKeepSize is how much WAL every member keeps for a standby that
+	// fell behind (PostgreSQL's wal_keep_size): a standby disconnected for
+	// longer than it takes the primary to write that much cannot catch up
+	// by streaming (there are no replication slots between members). It
+	// takes that much of the volume (spec.storage.size), on every member.
+	// Default: a quarter of spec.storage.size, at least 512Mi
+	// (CloudNativePG's own default) and at most 4Gi.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Mi')) >= 0 && quantity(string(self)).compareTo(quantity('1Ti')) <= 0",message="spec.topology.link.walKeepSize must be between 64Mi and 1Ti"
+	WALKeepSize *resource.Quantity `json:"walKeepSize,omitempty"`
 }
 
 // FailoverSpec asks for a forced promotion.

@@ -44,6 +44,16 @@ func TestTopologyValidation(t *testing.T) {
 			[]string{"spec.topology", "durability applies only to mode PrimaryStandby"}},
 		{"unknown durability", database(t, "t11", ps+`topology: {mode: PrimaryStandby, primaryCluster: eu-1, durability: Eventually}}`),
 			[]string{"spec.topology.durability", "Unsupported value"}},
+		{"link on Independent", database(t, "t12", ps+`topology: {mode: Independent, link: {timeout: 30s}}}`),
+			[]string{"spec.topology", "link applies only to mode PrimaryStandby"}},
+		{"link timeout too short", database(t, "t13", ps+`topology: {mode: PrimaryStandby, primaryCluster: eu-1, link: {timeout: 1s}}}`),
+			[]string{"spec.topology.link.timeout", "between 5s and 10m"}},
+		{"link timeout too long", database(t, "t14", ps+`topology: {mode: PrimaryStandby, primaryCluster: eu-1, link: {timeout: 1h}}}`),
+			[]string{"spec.topology.link.timeout", "between 5s and 10m"}},
+		{"walKeepSize too small", database(t, "t15", ps+`topology: {mode: PrimaryStandby, primaryCluster: eu-1, link: {walKeepSize: 1Mi}}}`),
+			[]string{"spec.topology.link.walKeepSize", "between 64Mi and 1Ti"}},
+		{"walKeepSize as large as the volume", database(t, "t16", ps+`storage: {size: 2Gi}, topology: {mode: PrimaryStandby, primaryCluster: eu-1, link: {walKeepSize: 2Gi}}}`),
+			[]string{"walKeepSize must be smaller than spec.storage.size"}},
 		{"replication without hostTemplate", memberCluster(t, "r1", `{kubeconfigSecretRef: {name: b}, replication: {port: 5432}}`),
 			[]string{"spec.replication.hostTemplate", "Required"}},
 		{"replication host without $(DATABASE)", memberCluster(t, "r2", `{kubeconfigSecretRef: {name: b}, replication: {hostTemplate: "pg.$(NAMESPACE).eu-1.example.net"}}`),
@@ -81,6 +91,8 @@ func TestTopologyValidation(t *testing.T) {
 		g.Expect(db.TopologyDurability()).To(Equal(fleetv1alpha1.DurabilitySynchronous), "unset is Synchronous")
 		g.Expect(hub.Create(ctx(t), database(t, "ledger-async",
 			ps+`topology: {mode: PrimaryStandby, primaryCluster: us-1, durability: Asynchronous}}`))).To(Succeed())
+		g.Expect(hub.Create(ctx(t), database(t, "ledger-wan",
+			ps+`storage: {size: 20Gi}, topology: {mode: PrimaryStandby, primaryCluster: us-1, link: {timeout: 2m, walKeepSize: 8Gi}}}`))).To(Succeed())
 	})
 
 	t.Run("topology mode is immutable", func(t *testing.T) {

@@ -174,6 +174,10 @@ func checkWiredCluster(g Gomega, e *env, ns, m string, replica map[string]any, b
 	g.Expect(spec["postgresql"]).To(Equal(map[string]any{"synchronous": map[string]any{
 		"method": "any", "number": int64(1), "maxStandbyNamesFromCluster": int64(0),
 		"standbyNamesPre": []any{"fleetdb:" + other}, "dataDurability": "required",
+	}, "parameters": map[string]any{
+		// spec.topology.link's defaults: for a WAN, not CloudNativePG's 5s
+		// and 512MB; at least 512MB of WAL on the tests' 1Gi volume.
+		"wal_sender_timeout": "30000ms", "wal_receiver_timeout": "30000ms", "wal_keep_size": "512MB",
 	}}), "durability Synchronous (the default): %s's commits wait for %s's standby", m, other)
 }
 
