@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -82,71 +83,95 @@ func testLateWriteAfterRestart(t *testing.T, e *env, sim *cnpgSim, ic *statusInt
 	g := NewWithT(t)
 	ns := e.namespace("race-late")
 	members := []string{"m1", "m2", "m3"}
-	w := e.watchedTopologyDB(t, g, ns, "ledger", members...)
-
-	// For each step: the hub's status write that enters it fails on the
-	// client and reaches the API server later, after the switchover
-	// finished, the hub restarted and a switchover back began.
-	used := map[string]bool{}
 	const from, to = "m1", "m2"
 	steps := []fleetv1alpha1.SwitchoverStep{
 		fleetv1alpha1.StepCheckTarget, fleetv1alpha1.StepDemote, fleetv1alpha1.StepWaitDemotion,
 		fleetv1alpha1.StepPromote, fleetv1alpha1.StepWaitPromotion, fleetv1alpha1.StepRepoint,
 	}
-	for i, step := range steps {
+	// One Database per step, all at once (one hub restart for all): the
+	// hub's status write that enters its step fails on the client and
+	// reaches the API server later, after the switchover finished, the
+	// hub restarted and a switchover back began.
+	names := make([]string, len(steps))
+	watches := make([]*primaryWatch, len(steps))
+	used := make([]map[string]bool, len(steps))
+	for i := range steps {
+		names[i] = fmt.Sprintf("ledger-%d", i)
+		watches[i] = e.watchTopologyDB(t, g, ns, names[i], members...)
+		used[i] = map[string]bool{}
+	}
+	for i := range steps {
+		e.expectStable(g, ns, names[i], from, members...)
 		// A pass that sees several steps end writes only the last one: the
 		// first write of this step or a later one is held.
 		var contains []string
 		for _, s := range steps[i:] {
 			contains = append(contains, `"step":"`+string(s)+`"`)
 		}
-		t.Logf("holding the write of step %s or a later one (%s to %s)", step, from, to)
-		ic.arm(ns, "ledger", contains, nil, true)
-		e.setPrimary(g, ns, "ledger", to)
-		db := e.expectStable(g, ns, "ledger", to, members...)
-		used[db.Status.Topology.LastSwitchover.DemotionToken] = true
+		ic.arm(ns, names[i], contains, nil, true)
+	}
+	for i, step := range steps {
+		t.Logf("%s: holding the write of step %s or a later one (%s to %s)", names[i], step, from, to)
+		e.setPrimary(g, ns, names[i], to)
+	}
+	for i, step := range steps {
+		db := e.expectStable(g, ns, names[i], to, members...)
+		used[i][db.Status.Topology.LastSwitchover.DemotionToken] = true
 		g.Eventually(func(g Gomega) {
-			_, tok := e.replicaOf(g, to, ns, "ledger")
+			_, tok := e.replicaOf(g, to, ns, names[i])
 			g.Expect(tok).To(BeEmpty(), "the promotion token is dropped once promoted")
 		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-		g.Expect(ic.heldCount()).To(Equal(1), "the write of %s was held", step)
+		g.Expect(ic.heldCount(ns, names[i])).To(Equal(1), "the write of %s was held", step)
+	}
 
-		e.stopHub()
-		e.startHub(opts)
+	e.stopHub()
+	e.startHub(opts)
 
-		// Back to from; to's demotion stays in progress while the old write lands.
-		sim.holdDemotions(to, true)
-		e.setPrimary(g, ns, "ledger", from)
+	// Back to from; to's demotions stay in progress while the old writes land.
+	sim.holdDemotions(to, true)
+	for i := range steps {
+		e.setPrimary(g, ns, names[i], from)
+	}
+	for i := range steps {
 		g.Eventually(func(g Gomega) {
-			sw := e.getDB(ns, "ledger").Status.Topology.Switchover
+			sw := e.getDB(ns, names[i]).Status.Topology.Switchover
 			g.Expect(sw).NotTo(BeNil())
 			g.Expect(sw.To).To(Equal(from))
 			g.Expect(sw.Step).To(Equal(fleetv1alpha1.StepWaitDemotion))
 		}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
-		code, err := ic.replay(e.ctx)
-		t.Logf("the held write of %s landed with %d (%v)", step, code, err)
-		g.Consistently(func(g Gomega) {
+	}
+	for i, step := range steps {
+		code, err := ic.replay(e.ctx, ns, names[i])
+		t.Logf("%s: the held write of %s landed with %d (%v)", names[i], step, code, err)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(code).To(Equal(http.StatusConflict), "%s: the write of %s from before the restart is refused (its resourceVersion is old)", names[i], step)
+	}
+	g.Consistently(func(g Gomega) {
+		for i, step := range steps {
 			for _, m := range members {
-				p, tok := e.replicaOf(g, m, ns, "ledger")
-				g.Expect(used).NotTo(HaveKey(tok), "%s is never written with a used promotion token", m)
-				g.Expect(p).NotTo(Equal(m), "no member is written primary while %s demotes", to)
+				p, tok := e.replicaOf(g, m, ns, names[i])
+				g.Expect(used[i]).NotTo(HaveKey(tok), "%s: %s is never written with a used promotion token (%s)", names[i], m, step)
+				g.Expect(p).NotTo(Equal(m), "%s: no member is written primary while %s demotes (%s)", names[i], to, step)
 			}
-			sw := e.getDB(ns, "ledger").Status.Topology.Switchover
-			g.Expect(sw).NotTo(BeNil())
+			sw := e.getDB(ns, names[i]).Status.Topology.Switchover
+			g.Expect(sw).NotTo(BeNil(), "%s (%s)", names[i], step)
 			g.Expect(sw.From).To(Equal(to))
 			g.Expect(sw.To).To(Equal(from))
-			g.Expect(sw.Step).To(Equal(fleetv1alpha1.StepWaitDemotion))
-			g.Expect(sim.unrecoverableClusters()).To(BeEmpty())
-		}).WithTimeout(3*time.Second).WithPolling(100*time.Millisecond).Should(Succeed(), "after the write of %s landed", step)
-		sim.holdDemotions(to, false)
-		db = e.expectStable(g, ns, "ledger", from, members...)
+			g.Expect(sw.Step).To(Equal(fleetv1alpha1.StepWaitDemotion), "%s: after the write of %s landed", names[i], step)
+		}
+		g.Expect(sim.unrecoverableClusters()).To(BeEmpty())
+	}).WithTimeout(3 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+	sim.holdDemotions(to, false)
+	for i := range steps {
+		db := e.expectStable(g, ns, names[i], from, members...)
 		g.Expect(db.Status.Topology.LastSwitchover.Outcome).To(Equal("Succeeded"))
-		g.Expect(used).NotTo(HaveKey(db.Status.Topology.LastSwitchover.DemotionToken))
-		used[db.Status.Topology.LastSwitchover.DemotionToken] = true
+		g.Expect(used[i]).NotTo(HaveKey(db.Status.Topology.LastSwitchover.DemotionToken))
 	}
 	g.Expect(sim.unrecoverableClusters()).To(BeEmpty())
-	n, seen := w.most()
-	g.Expect(n).To(Equal(1), "members written as primary at once: %v", seen)
+	for i, w := range watches {
+		n, seen := w.most()
+		g.Expect(n).To(Equal(1), "%s: members written as primary at once: %v", names[i], seen)
+	}
 }
 
 func testAbortDuringDemotion(t *testing.T, e *env, sim *cnpgSim) {
@@ -194,12 +219,18 @@ func testAbortDuringDemotion(t *testing.T, e *env, sim *cnpgSim) {
 // members, with the "never two primaries" watcher running for the test, and
 // waits for it to be stable.
 func (e *env) watchedTopologyDB(t *testing.T, g Gomega, ns, name string, members ...string) *primaryWatch {
+	w := e.watchTopologyDB(t, g, ns, name, members...)
+	e.expectStable(g, ns, name, "m1", members...)
+	return w
+}
+
+// watchTopologyDB is watchedTopologyDB without the wait for it to be stable.
+func (e *env) watchTopologyDB(t *testing.T, g Gomega, ns, name string, members ...string) *primaryWatch {
 	w := &primaryWatch{e: e, ns: ns, name: name}
 	ctx, cancel := context.WithCancel(e.ctx)
 	t.Cleanup(cancel)
 	go w.run(ctx)
 	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, name, "m1", members...))).To(Succeed())
-	e.expectStable(g, ns, name, "m1", members...)
 	return w
 }
 
@@ -231,18 +262,23 @@ func setPrimaryNow(ctx context.Context, e *env, ns, name, primary string) error 
 }
 
 // statusInterceptor stands between the hub and its API server for the
-// status writes of one Database: the first write whose body contains one
-// of some strings either runs a function before it is sent (a write stored between
-// the hub's read and its write) or is held (the hub gets an error, and the
-// request is sent by replay later, as a request that timed out on the
-// client and reached the server afterwards).
+// status writes of the Databases it is armed for: the first write of each
+// whose body contains one of some strings either runs a function before it
+// is sent (a write stored between the hub's read and its write) or is held
+// (the hub gets an error, and the request is sent by replay later, as a
+// request that timed out on the client and reached the server afterwards).
 type statusInterceptor struct {
-	mu       sync.Mutex
-	path     string
+	mu sync.Mutex
+	// armed are the Databases' status paths still waiting for their write.
+	armed map[string]statusArm
+	// held are the held requests by status path.
+	held map[string][]heldRequest
+}
+
+type statusArm struct {
 	contains []string
 	before   func()
 	hold     bool
-	held     []heldRequest
 }
 
 type heldRequest struct {
@@ -252,29 +288,36 @@ type heldRequest struct {
 	next   http.RoundTripper
 }
 
+func statusPath(ns, name string) string {
+	return "/apis/fleetdb.io/v1alpha1/namespaces/" + ns + "/databases/" + name + "/status"
+}
+
 func (i *statusInterceptor) arm(ns, name string, contains []string, before func(), hold bool) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	i.path = "/apis/fleetdb.io/v1alpha1/namespaces/" + ns + "/databases/" + name + "/status"
-	i.contains, i.before, i.hold = contains, before, hold
+	if i.armed == nil {
+		i.armed, i.held = map[string]statusArm{}, map[string][]heldRequest{}
+	}
+	i.armed[statusPath(ns, name)] = statusArm{contains: contains, before: before, hold: hold}
 }
 
 func (i *statusInterceptor) disarm() {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	i.path = ""
+	clear(i.armed)
 }
 
-func (i *statusInterceptor) heldCount() int {
+func (i *statusInterceptor) heldCount(ns, name string) int {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	return len(i.held)
+	return len(i.held[statusPath(ns, name)])
 }
 
 func (i *statusInterceptor) wrap(next http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		i.mu.Lock()
-		armed := i.path != "" && req.Method == http.MethodPatch && req.URL.Path == i.path
+		_, armed := i.armed[req.URL.Path]
+		armed = armed && req.Method == http.MethodPatch
 		i.mu.Unlock()
 		if !armed || req.Body == nil {
 			return next.RoundTrip(req)
@@ -286,31 +329,32 @@ func (i *statusInterceptor) wrap(next http.RoundTripper) http.RoundTripper {
 		}
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		i.mu.Lock()
-		match := i.path != "" && slices.ContainsFunc(i.contains, func(c string) bool { return strings.Contains(string(body), c) })
-		before, hold := i.before, i.hold
+		a, ok := i.armed[req.URL.Path]
+		match := ok && slices.ContainsFunc(a.contains, func(c string) bool { return strings.Contains(string(body), c) })
 		if match {
-			i.path = ""
-			if hold {
-				i.held = append(i.held, heldRequest{url: req.URL.String(), header: req.Header.Clone(), body: body, next: next})
+			delete(i.armed, req.URL.Path)
+			if a.hold {
+				i.held[req.URL.Path] = append(i.held[req.URL.Path], heldRequest{url: req.URL.String(), header: req.Header.Clone(), body: body, next: next})
 			}
 		}
 		i.mu.Unlock()
 		switch {
-		case match && hold:
+		case match && a.hold:
 			return nil, errors.New("injected: the status write timed out before its response")
-		case match && before != nil:
-			before()
+		case match && a.before != nil:
+			a.before()
 		}
 		return next.RoundTrip(req)
 	})
 }
 
-// replay sends the held requests, as they were, through the transport of
-// the hub that made them; it returns the last response's status code.
-func (i *statusInterceptor) replay(ctx context.Context) (int, error) {
+// replay sends the held requests of Database ns/name, as they were, through
+// the transport of the hub that made them; it returns the last response's
+// status code.
+func (i *statusInterceptor) replay(ctx context.Context, ns, name string) (int, error) {
 	i.mu.Lock()
-	held := i.held
-	i.held = nil
+	held := i.held[statusPath(ns, name)]
+	delete(i.held, statusPath(ns, name))
 	i.mu.Unlock()
 	code := 0
 	for _, h := range held {
