@@ -388,6 +388,13 @@ func (p *psFleet) rowsOnStandby(ctx context.Context, t *testing.T, primary, stan
 	if want := `ANY 1 ("` + member.StandbyApplicationName(standby) + `")`; !strings.HasPrefix(out, want+" / ") {
 		t.Errorf("%s: synchronous_standby_names is not %s: %q", primary, want, out)
 	}
+	// spec.topology.link's defaults reached PostgreSQL on both members (not
+	// CloudNativePG's in-cluster 5s): the timeouts of the cross-member link.
+	for _, m := range []string{primary, standby} {
+		out = p.sqlEventually(ctx, t, m, "select current_setting('wal_sender_timeout') || ' ' || current_setting('wal_receiver_timeout')",
+			time.Minute, func(s string) bool { return s == "30s 30s" })
+		t.Logf("%s wal_sender_timeout wal_receiver_timeout: %s", m, out)
+	}
 	t.Logf("step 1 took %s", time.Since(start).Round(time.Second))
 }
 
