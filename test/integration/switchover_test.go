@@ -358,8 +358,8 @@ func testDurability(t *testing.T, e *env) {
 		for _, m := range []string{"m1", "m2"} {
 			u := member.NewCNPGCluster()
 			g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "tally"}, u)).To(Succeed())
-			_, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "postgresql")
-			g.Expect(found).To(BeFalse(), "%s: the hub's apply removed spec.postgresql", m)
+			_, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "postgresql", "synchronous")
+			g.Expect(found).To(BeFalse(), "%s: the hub's apply removed spec.postgresql.synchronous", m)
 		}
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	e.proxies["m2"].Cut()
