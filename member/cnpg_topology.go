@@ -176,8 +176,11 @@ func linkParameters(db *fleetv1alpha1.Database) map[string]any {
 }
 
 // synchronousConfig is spec.postgresql.synchronous for a member whose
-// commits wait for a standby in another member: quorum ("any") of one among
-// the other members' designated primaries, named by the application_name
+// commits wait for the standbys in the other members: quorum ("any") of all
+// of the other members' designated primaries (number = how many there are),
+// so that every standby a forced failover may promote holds every
+// acknowledged commit (with "any 1" of two or more, a commit acknowledged by
+// one standby alone is lost when another is promoted), named by the application_name
 // each sets when it connects (StandbyApplicationName, in its externalClusters
 // entries), and none of the member's own instances
 // (maxStandbyNamesFromCluster 0: a local standby on the same node would
@@ -187,7 +190,8 @@ func linkParameters(db *fleetv1alpha1.Database) map[string]any {
 // (explicitSynchronousStandbyNamesDataDurabilityRequired in
 // pkg/postgres/replication/explicit.go, v1.30.0); its webhook requires
 // number < instances + len(standbyNamesPre) (validateSynchronousReplicaConfiguration
-// in internal/webhook/v1/cluster_webhook.go, v1.30.0), which 1 always is.
+// in internal/webhook/v1/cluster_webhook.go, v1.30.0), which
+// len(standbyNamesPre) always is (instances is at least 1).
 // CloudNativePG's own connections set synchronous_commit=local
 // (pkg/management/postgres/pool/profiles.go, v1.30.0), so its bootstrap and
 // role reconciliation do not wait for the standbys.
@@ -203,7 +207,7 @@ func synchronousConfig(t *Topology) map[string]any {
 	}
 	return map[string]any{
 		"method":                     "any",
-		"number":                     int64(1),
+		"number":                     int64(len(names)),
 		"maxStandbyNamesFromCluster": int64(0),
 		"standbyNamesPre":            names,
 		"dataDurability":             "required",

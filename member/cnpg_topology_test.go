@@ -114,9 +114,9 @@ func TestRenderTopologySynchronous(t *testing.T) {
 			}
 		}
 		g.Expect(spec["postgresql"]).To(Equal(map[string]any{"parameters": wanLink, "synchronous": map[string]any{
-			"method": "any", "number": int64(1), "maxStandbyNamesFromCluster": int64(0),
+			"method": "any", "number": int64(2), "maxStandbyNamesFromCluster": int64(0),
 			"standbyNamesPre": want, "dataDurability": "required",
-		}}), "%s: one of the other members' standbys, never its own instances (a member named orders-2 is not the instance orders-2)", self)
+		}}), "%s: every one of the other members' standbys, never its own instances (a member named orders-2 is not the instance orders-2)", self)
 	}
 }
 

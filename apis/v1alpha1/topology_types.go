@@ -28,16 +28,18 @@ type TopologyDurability string
 // Durability levels.
 const (
 	// DurabilitySynchronous (the default): a commit on the primary is
-	// acknowledged only once at least one standby in another member has
-	// flushed it (CloudNativePG spec.postgresql.synchronous, method any,
-	// number 1, the other members' standbys by name, dataDurability
-	// required). A planned switchover and a forced failover lose no
-	// acknowledged transaction, and an old primary that comes back after a
-	// forced failover cannot acknowledge a write: every commit there waits
-	// for a standby that no longer follows it until CloudNativePG demotes it.
-	// The price: each commit waits for one cross-member round trip, and
-	// while no other member's standby streams, commits on the primary wait
-	// (they are not refused: they finish when a standby is back).
+	// acknowledged only once the standby of every other member (those
+	// fenced by a forced failover left out) has flushed it (CloudNativePG
+	// spec.postgresql.synchronous, method any, number = the number of those
+	// standbys, named, dataDurability required). A planned switchover and a
+	// forced failover to any standby lose no acknowledged transaction, and
+	// an old primary that comes back after a forced failover cannot
+	// acknowledge a write: every commit there waits for a standby that no
+	// longer follows it until CloudNativePG demotes it. The price: each
+	// commit waits for the slowest cross-member round trip, and while any
+	// other member's standby does not stream, commits on the primary wait
+	// (they are not refused: they finish when it is back, or once a lost
+	// standby member is taken out of the placement).
 	DurabilitySynchronous TopologyDurability = "Synchronous"
 	// DurabilityAsynchronous: the primary acknowledges a commit once it is
 	// flushed locally. Commits never wait for another member; a forced

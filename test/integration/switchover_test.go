@@ -33,6 +33,9 @@ func TestTopology(t *testing.T) {
 	t.Run("a Synchronous primary without a reachable standby says its commits wait; Asynchronous renders no synchronous standbys", func(t *testing.T) {
 		testDurability(t, e)
 	})
+	t.Run("with three members a Synchronous commit waits for both standbys, so any one may be promoted without losing it", func(t *testing.T) {
+		testDurabilityThreeMembers(t, e)
+	})
 	t.Run("standbys report their last restartpoint's timeline: a switchover back goes through, another target waits for its restartpoint", func(t *testing.T) {
 		testSwitchoverBeforeRestartpoint(t, e, sim)
 	})
@@ -468,6 +471,43 @@ func testForcedFailoverReachable(t *testing.T, e *env, sim *cnpgSim) {
 	g.Expect(db.Status.Topology.Fenced).To(BeEmpty(), "m1 was demoted before m2's promotion: it follows m2")
 	n, seen := w.most()
 	g.Expect(n).To(Equal(1), "members written or acting as primary at once: %v", seen)
+}
+
+// testDurabilityThreeMembers (issue 36, item 2): with "ANY 1" of two
+// standbys a commit acknowledged by one alone is lost when the other is
+// promoted by a forced failover. The primary's commits wait for every
+// other member's standby (number 2 of 2), and the condition says when one
+// of them cannot take them.
+func testDurabilityThreeMembers(t *testing.T, e *env) {
+	g := NewWithT(t)
+	ns := e.namespace("topo-durability-three")
+	members := []string{"m1", "m2", "m3"}
+	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "quorum", "m1", members...))).To(Succeed())
+	e.expectStable(g, ns, "quorum", "m1", members...)
+	u := member.NewCNPGCluster()
+	g.Expect(e.member("m1").Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "quorum"}, u)).To(Succeed())
+	sync, _, _ := unstructured.NestedMap(u.Object, "spec", "postgresql", "synchronous")
+	g.Expect(sync).To(Equal(map[string]any{
+		"method": "any", "number": int64(2), "maxStandbyNamesFromCluster": int64(0),
+		"standbyNamesPre": []any{"fleetdb:m2", "fleetdb:m3"}, "dataDurability": "required",
+	}), "ANY 2 of the two standbys: each holds every acknowledged commit")
+
+	e.proxies["m3"].Cut()
+	restored := false
+	defer func() {
+		if !restored {
+			_ = e.proxies["m3"].Restore()
+		}
+	}()
+	g.Eventually(func(g Gomega) {
+		c := condition(e.getDB(ns, "quorum").Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
+		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonCommitsWaiting), c.Message)
+		g.Expect(c.Message).To(And(ContainSubstring("commits on the primary m1 wait"), ContainSubstring("m3 unreachable")))
+		g.Expect(c.Message).NotTo(ContainSubstring("m2"), "m2 takes them")
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.proxies["m3"].Restore()).To(Succeed())
+	restored = true
+	e.expectStable(g, ns, "quorum", "m1", members...)
 }
 
 // testForcedFailoverUnread (issue 36, item 1): the old primary's member is

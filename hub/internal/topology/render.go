@@ -92,7 +92,7 @@ func DecideRole(db *fleetv1alpha1.Database, m string) (RenderedRole, bool) {
 }
 
 // SynchronousStandbys are the members whose standbys a commit on member
-// self's primary waits for (any one of them): with durability Synchronous,
+// self's primary waits for (every one of them): with durability Synchronous,
 // every other placed member except those fenced by a forced failover (a
 // fenced old primary follows no one until it is rebuilt, and waiting for it
 // would stop the new primary's commits); none with Asynchronous. A function

@@ -65,15 +65,12 @@ func (t *Pass) summarise() {
 }
 
 // commitsWaiting says why the primary's commits wait, "" when they need
-// not: with durability Synchronous a commit waits for one of the other
-// members' standbys (SynchronousStandbys), and none of them is reachable,
-// healthy and following the primary.
+// not: with durability Synchronous a commit waits for every other member's
+// standby (SynchronousStandbys), and one of them is not reachable, healthy
+// and following the primary.
 func (t *Pass) commitsWaiting() string {
 	p := t.Status.PrimaryCluster
 	sync := SynchronousStandbys(t.in.DB, p, slices.Sorted(maps.Keys(t.in.Targets)))
-	if len(sync) == 0 {
-		return ""
-	}
 	var why []string
 	for _, m := range sync {
 		v := t.in.Views[m]
@@ -82,12 +79,13 @@ func (t *Pass) commitsWaiting() string {
 			why = append(why, m+" unreachable")
 		case v.Replication == nil || v.Replication.Primary != p || !v.Replication.Healthy:
 			why = append(why, m+" not a healthy standby of "+p)
-		default:
-			return ""
 		}
 	}
-	return "commits on the primary " + p + " wait for a standby in another member (durability Synchronous), and none can take them (" +
-		strings.Join(why, ", ") + "): they finish when one streams again; spec.topology.durability Asynchronous would stop the waiting at the cost of losing them in a failover (docs/topology.md, \"Durability\")"
+	if len(why) == 0 {
+		return ""
+	}
+	return "commits on the primary " + p + " wait for the standby of every other member (durability Synchronous), and not all can take them (" +
+		strings.Join(why, ", ") + "): they finish when it streams again, or once a lost member is taken out of the placement; spec.topology.durability Asynchronous would stop the waiting at the cost of losing them in a failover (docs/topology.md, \"Durability\")"
 }
 
 // fencedMessage names each fenced member, why it is still fenced and, for
