@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 
@@ -133,6 +134,9 @@ func (r renderer) wireTopology(spec map[string]any) {
 		pg["synchronous"] = sync
 	}
 	spec["postgresql"] = pg
+	if t.Primary == t.Self && r.eff.replicas > 1 && len(t.SynchronousStandbys) > 0 {
+		spec["failoverDelay"] = int64(NoLocalFailover)
+	}
 	// No serverAltDNSNames: CloudNativePG's webhook refuses them beside a
 	// serverTLSSecret, on create and update (validateCerts in
 	// internal/webhook/v1/cluster_webhook.go, v1.30.0). The server
@@ -155,6 +159,26 @@ func (r renderer) wireTopology(spec map[string]any) {
 		spec["bootstrap"] = map[string]any{"pg_basebackup": basebackup}
 	}
 }
+
+// NoLocalFailover is the failoverDelay (seconds, CloudNativePG's largest:
+// an int32) rendered on the primary member of a PrimaryStandby Database with
+// durability Synchronous and more than one instance there: CloudNativePG
+// never promotes one of the member's own standbys in its place. Those are
+// asynchronous (maxStandbyNamesFromCluster 0, synchronousConfig), so the
+// one CloudNativePG would promote (the most advanced of the member's own
+// instances: reconcileTargetPrimaryForNonReplicaCluster in
+// internal/controller/replicas.go, v1.30.0) can lack commits the other
+// members' standbys acknowledged, and those would be lost. CloudNativePG
+// waits failoverDelay after the primary failed before it fails over
+// (enforceFailoverDelay, same file); its quorum check (failoverQuorum)
+// cannot be used instead: the webhook requires number to exceed
+// len(standbyNamesPre) (validateFailoverQuorum in
+// internal/webhook/v1/cluster_webhook.go). A lost local primary then stops
+// writes until it is back, or until a person fails over to another member,
+// whose standby holds every acknowledged commit. A planned switchover inside
+// the member (CloudNativePG moving the primary off a node being drained) is
+// not a failover and still runs.
+const NoLocalFailover = math.MaxInt32
 
 // linkParameters are the PostgreSQL parameters of the replication
 // connection between the members (spec.topology.link), on every member: a

@@ -156,6 +156,27 @@ func TestRenderTopologyLink(t *testing.T) {
 	g.Expect(got).To(HaveKeyWithValue("wal_keep_size", "2MB"), "rounded up to whole megabytes")
 }
 
+// With durability Synchronous and more than one instance in the primary
+// member, CloudNativePG never promotes one of the member's own
+// (asynchronous) standbys: it could lack commits the other members
+// acknowledged. A standby member, one instance, or Asynchronous keep
+// CloudNativePG's own failover.
+func TestRenderTopologyNoLocalFailover(t *testing.T) {
+	g := NewWithT(t)
+	spec := func(self string, replicas int32, synchronous bool) map[string]any {
+		p := topologyParams(self, "eu-1")
+		p.Database.Spec.Replicas = replicas
+		if synchronous {
+			p.Topology.SynchronousStandbys = []string{"eu-1", "us-1"}
+		}
+		return render(t, p).cluster().Object["spec"].(map[string]any)
+	}
+	g.Expect(spec("eu-1", 2, true)).To(HaveKeyWithValue("failoverDelay", int64(2147483647)), "the primary member, two instances")
+	g.Expect(spec("eu-1", 1, true)).NotTo(HaveKey("failoverDelay"), "one instance: nothing to promote")
+	g.Expect(spec("us-1", 2, true)).NotTo(HaveKey("failoverDelay"), "a standby member: its designated primary holds no commit of its own")
+	g.Expect(spec("eu-1", 2, false)).NotTo(HaveKey("failoverDelay"), "Asynchronous: commits do not wait for the other members")
+}
+
 func TestStandbyApplicationName(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(member.StandbyApplicationName("eu-1")).To(Equal("fleetdb:eu-1"))
