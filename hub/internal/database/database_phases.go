@@ -94,6 +94,7 @@ func (r *databaseReconciler) reconcileRollout(ctx context.Context, s *databaseSc
 		finalBackup:   newFinalBackupPlan(s.db, s.db.TeardownPolicy(), s.teardown),
 		topology:      s.topology,
 		roles:         topologyRoles(s.db, s.placement.Targets),
+		adopt:         types.UID(s.db.Annotations[fleetv1alpha1.AnnotationAdoptCredentials]),
 	})
 	return ctrl.Result{}, nil
 }
