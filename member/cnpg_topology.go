@@ -415,13 +415,14 @@ func cnpgRole(u *unstructured.Unstructured) fleetv1alpha1.MemberRole {
 }
 
 // isTopologySecret reports whether obj is one of the certificate Secrets of
-// the Database named db.
+// the Database named db: a PrimaryStandby Database's, or the StatefulSet
+// backend's instance TLS Secret.
 func isTopologySecret(obj client.Object, db string) bool {
 	if _, ok := obj.(*corev1.Secret); !ok {
 		return false
 	}
 	switch obj.GetName() {
-	case TopologyCASecretName(db), TopologyServerSecretName(db), TopologyReplicationSecretName(db):
+	case TopologyCASecretName(db), TopologyServerSecretName(db), TopologyReplicationSecretName(db), InstanceTLSSecretName(db):
 		return true
 	}
 	return false

@@ -42,6 +42,11 @@ type Params struct {
 	// Topology is the PrimaryStandby wiring of this member's CloudNativePG
 	// Cluster (see Topology); nil for an Independent Database.
 	Topology *Topology
+	// InstanceTLS are the certificates of a postgres Database's instances
+	// on the StatefulSet backend (see InstanceTLSSecretName); nil renders a
+	// server without TLS (the hub always gives them: its rotation Job
+	// refuses a server without).
+	InstanceTLS *InstanceCertificates
 }
 
 // CredentialsSecretName is the Secret with a Database's credentials: the
@@ -58,7 +63,9 @@ func headlessName(db string) string  { return db + "-hl" }
 // CloudNativePG backend (Database.EffectiveBackend) see renderCNPG; for the
 // StatefulSet backend: Namespace,
 // credentials Secret, ConfigMap, client Service, headless Service,
-// StatefulSet and, when more than one replica runs, a PodDisruptionBudget.
+// StatefulSet and, when more than one replica runs, a PodDisruptionBudget;
+// a postgres Database with Params.InstanceTLS gets its TLS Secret after the
+// credentials.
 // Every object has its TypeMeta set. Render is pure; its errors never carry
 // credential values.
 //
@@ -98,14 +105,19 @@ func Render(p Params) ([]client.Object, error) {
 		}
 		return r.renderCNPG(), nil
 	}
-	objs := []client.Object{
-		r.namespace(),
-		r.secret(),
+	if p.InstanceTLS != nil && !p.InstanceTLS.complete() {
+		return nil, fmt.Errorf("render %s/%s: the instance certificates are incomplete", db.Namespace, db.Name)
+	}
+	objs := []client.Object{r.namespace(), r.secret()}
+	if r.instanceTLS() {
+		objs = append(objs, r.instanceTLSSecret())
+	}
+	objs = append(objs,
 		r.configMap(),
 		r.service(),
 		r.headlessService(),
 		r.statefulSet(),
-	}
+	)
 	if r.eff.replicas > 1 {
 		objs = append(objs, r.podDisruptionBudget())
 	}
@@ -244,7 +256,7 @@ func (r renderer) configMap() *corev1.ConfigMap {
 // configData is the ConfigMap's data: the server configuration and the
 // engine's initialisation script, if any.
 func (r renderer) configData() map[string]string {
-	data := map[string]string{r.eng.configFile: r.eng.config}
+	data := map[string]string{r.eng.configFile: r.config()}
 	if r.eng.initScript != "" {
 		data[initScriptKey] = r.eng.initScript
 	}
@@ -306,10 +318,24 @@ func (r renderer) resources() corev1.ResourceRequirements {
 	return res
 }
 
-// configHash changes when the rendered configuration does; as a pod template
-// annotation it rolls the pods so that they read the new configuration.
+// config is the server configuration file's content.
+func (r renderer) config() string {
+	if r.instanceTLS() {
+		return r.eng.config + postgresTLSConfig
+	}
+	return r.eng.config
+}
+
+// configHash changes when the rendered configuration does, and when the
+// server certificate does; as a pod template annotation it rolls the pods
+// so that they read the new configuration (PostgreSQL reads its
+// certificate at start: a renewed one is served from the restart on).
 func (r renderer) configHash() string {
-	sum := sha256.Sum256([]byte(r.eng.configFile + "\x00" + r.eng.config))
+	in := r.eng.configFile + "\x00" + r.config()
+	if r.instanceTLS() {
+		in += "\x00" + string(r.p.InstanceTLS.ServerCert)
+	}
+	sum := sha256.Sum256([]byte(in))
 	return hex.EncodeToString(sum[:8])
 }
 
@@ -358,6 +384,17 @@ func (r renderer) statefulSet() *appsv1.StatefulSet {
 }
 
 func (r renderer) podSpec(selector map[string]string) corev1.PodSpec {
+	container := r.eng.container(r.image(), secretName(r.db.Name), r.p.Credentials, r.resources())
+	volumes := []corev1.Volume{{
+		Name: configVolume,
+		VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(r.db.Name)},
+		}},
+	}}
+	if r.instanceTLS() {
+		container.VolumeMounts = append(container.VolumeMounts, instanceTLSVolumeMount())
+		volumes = append(volumes, instanceTLSVolumeOf(r.db.Name, TLSCertKey, TLSKeyKey))
+	}
 	return corev1.PodSpec{
 		// The database never talks to the Kubernetes API, and Service
 		// environment variables (e.g. MYSQL_PORT for a Service "mysql")
@@ -375,13 +412,8 @@ func (r renderer) podSpec(selector map[string]string) corev1.PodSpec {
 				},
 			}},
 		}},
-		Containers: []corev1.Container{r.eng.container(r.image(), secretName(r.db.Name), r.p.Credentials, r.resources())},
-		Volumes: []corev1.Volume{{
-			Name: configVolume,
-			VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-				LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(r.db.Name)},
-			}},
-		}},
+		Containers: []corev1.Container{container},
+		Volumes:    volumes,
 	}
 }
 

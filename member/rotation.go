@@ -108,8 +108,15 @@ safe "the new password" "$NEW_PASSWORD"
 
 // postgresRotation changes the application role's password on every
 // instance, connecting as that role with its current password (a role may
-// always change its own password).
-const postgresRotation = rotationPrelude + `export PGUSER="$DB_USER" PGPORT="$DB_PORT" PGDATABASE=postgres PGCONNECT_TIMEOUT=10
+// always change its own password). It connects only with sslmode
+// verify-full (PGSSLMODE, PGSSLROOTCERT: rotationEnv): the instance must
+// present a certificate of the Database's CA for the name the Job connects
+// to before the password leaves the pod; it refuses to run otherwise.
+const postgresRotation = rotationPrelude + `if [ "${PGSSLMODE:-}" != verify-full ] || [ ! -s "${PGSSLROOTCERT:-}" ]; then
+  echo "rotation: refusing to send the password without TLS verified against the Database's CA (PGSSLMODE verify-full, PGSSLROOTCERT)" >&2
+  exit 2
+fi
+export PGUSER="$DB_USER" PGPORT="$DB_PORT" PGDATABASE=postgres PGCONNECT_TIMEOUT=10
 for host in $DB_HOSTS; do
   if PGPASSWORD="$NEW_PASSWORD" psql -h "$host" -w -Atq -c 'SELECT 1' >/dev/null 2>&1; then
     echo "rotation: $host already accepts the new password"
@@ -169,6 +176,11 @@ func RotationJob(p RotationParams) (*batchv1.Job, error) {
 	pod := r.podSpec(podSelector(db))
 	pod.Affinity = nil
 	pod.Volumes = nil
+	if db.Spec.Engine == fleetv1alpha1.EnginePostgres {
+		// The CA certificate only: the server key stays out of the Job.
+		container.VolumeMounts = []corev1.VolumeMount{instanceTLSVolumeMount()}
+		pod.Volumes = []corev1.Volume{instanceTLSVolumeOf(db.Name, TLSCAKey)}
+	}
 	pod.Containers = []corev1.Container{container}
 	pod.RestartPolicy = corev1.RestartPolicyNever
 	return &batchv1.Job{
@@ -199,7 +211,11 @@ func rotationEnv(r renderer) []corev1.EnvVar {
 	if r.db.Spec.Engine == fleetv1alpha1.EngineMySQL {
 		return append(env, secretEnv("ROOT_PASSWORD", secret, CredentialsRootPasswordKey))
 	}
-	return append(env, secretEnv("CURRENT_PASSWORD", secret, CredentialsPasswordKey))
+	// verify-full: the hosts are "<name>-<i>.<name>-hl", which the server
+	// certificate names (InstanceDNSNames), so the name is checked too.
+	return append(env, secretEnv("CURRENT_PASSWORD", secret, CredentialsPasswordKey),
+		corev1.EnvVar{Name: "PGSSLMODE", Value: "verify-full"},
+		corev1.EnvVar{Name: "PGSSLROOTCERT", Value: RotationCAFile})
 }
 
 // SwitchedCredentials are the credentials a member that finished its

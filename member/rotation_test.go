@@ -69,7 +69,19 @@ func TestRotationJobPostgres(t *testing.T) {
 		"DB_USER":          "orders-credentials/username",
 		"CURRENT_PASSWORD": "orders-credentials/password",
 		"NEW_PASSWORD":     "orders-credentials/pending-password",
+		// TLS verified against the Database's CA, for the host name.
+		"PGSSLMODE":     "verify-full",
+		"PGSSLROOTCERT": "/etc/fleetdb-tls/ca.crt",
 	}))
+	// The CA certificate alone, from the instance TLS Secret: the server key
+	// never reaches the Job.
+	g.Expect(pod.Volumes).To(HaveLen(1))
+	v := pod.Volumes[0]
+	g.Expect(v.Secret).NotTo(BeNil())
+	g.Expect(v.Secret.SecretName).To(Equal(member.InstanceTLSSecretName("orders")))
+	g.Expect(v.Secret.Items).To(Equal([]corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}))
+	g.Expect(c.VolumeMounts).To(ConsistOf(corev1.VolumeMount{Name: v.Name, MountPath: "/etc/fleetdb-tls", ReadOnly: true}))
+	g.Expect(member.RotationCAFile).To(Equal("/etc/fleetdb-tls/ca.crt"))
 }
 
 func TestRotationJobMySQL(t *testing.T) {
@@ -86,6 +98,7 @@ func TestRotationJobMySQL(t *testing.T) {
 		"ROOT_PASSWORD": "orders-credentials/root-password",
 		"NEW_PASSWORD":  "orders-credentials/pending-password",
 	}))
+	g.Expect(job.Spec.Template.Spec.Volumes).To(BeEmpty(), "mysql: no instance TLS (docs/security.md)")
 }
 
 func TestRotationJobName(t *testing.T) {

@@ -23,8 +23,8 @@ import (
 //   - Retain deletes the workload, Services, ConfigMap and PodDisruptionBudget
 //     but keeps the PersistentVolumeClaims and the credentials Secret, and
 //     strips fleetdb's labels from them; the certificate Secrets of a
-//     PrimaryStandby Database (private keys, issued anew for a new Database)
-//     are deleted;
+//     PrimaryStandby Database and the StatefulSet backend's instance TLS
+//     Secret (private keys, issued anew for a new Database) are deleted;
 //   - Orphan deletes nothing and strips fleetdb's labels from every object.
 //
 // Jobs are not touched: a Job that carries fleetdb's labels may be anyone's,
@@ -119,7 +119,7 @@ func removeAndRelease(ctx context.Context, c client.Client, o Owner, policy flee
 		// Releasing deletes nothing: it acts on the name's objects of any UID
 		// (ExactUID narrows what is deleted only), so that a claim labelled
 		// with an earlier UID that this Database used is kept unlabelled too.
-		rest = append(rest, func() error { return releaseManaged(ctx, c, k, o.anyUID()) })
+		rest = append(rest, func() error { return releaseManaged(ctx, c, k, o.anyUID(), policy) })
 	}
 	if policy == fleetv1alpha1.DeletionPolicyRetain {
 		// Certificates are machinery, not data: they hold private keys and a
@@ -176,15 +176,15 @@ func deleteManaged(ctx context.Context, c client.Client, k managedKind, o Owner,
 
 // releaseManaged strips fleetdb's labels from the objects of kind k labelled
 // for the Database, so that fleetdb neither finds nor claims them again.
-func releaseManaged(ctx context.Context, c client.Client, k managedKind, o Owner) error {
+func releaseManaged(ctx context.Context, c client.Client, k managedKind, o Owner, policy fleetv1alpha1.DeletionPolicy) error {
 	objs, err := listManaged(ctx, c, k, o)
 	if err != nil {
 		return err
 	}
 	var errs *multierror.Error
 	for _, obj := range objs {
-		if isTopologySecret(obj, o.Name) {
-			continue
+		if policy == fleetv1alpha1.DeletionPolicyRetain && isTopologySecret(obj, o.Name) {
+			continue // deleted instead (deleteTopologySecrets); Orphan keeps them too
 		}
 		if err := patchLabelsAway(ctx, c, obj); err != nil {
 			errs = multierror.Append(errs, fmt.Errorf("%s: %w", k.describe(obj), err))

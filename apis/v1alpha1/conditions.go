@@ -339,6 +339,11 @@ const (
 	// PrimaryStandby Database's certificates exists and is not the
 	// Database's, or holds a CA the hub cannot read.
 	ReasonTopologyCertificates = "TopologyCertificates"
+	// ReasonInstanceCertificates (Stalled): the hub Secret that keeps a
+	// StatefulSet-backend postgres Database's instance certificates
+	// ("<name>-instance-pki") exists and is not the Database's, or holds a
+	// CA the hub cannot read.
+	ReasonInstanceCertificates = "InstanceCertificates"
 	// ReasonTopologyStable (TopologyStable True): the primary is
 	// status.topology.primaryCluster, healthy, and every reachable standby
 	// follows it.

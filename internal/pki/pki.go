@@ -66,7 +66,7 @@ type Set struct {
 // members need valid (kept from old where it still is) and the per-member
 // certificates. Entries of members no longer placed are dropped.
 func Issue(db *fleetv1alpha1.Database, old map[string][]byte, hosts map[string]string, now time.Time) (map[string][]byte, Set, error) {
-	ca, err := loadOrCreateCA(db, old, now)
+	ca, err := loadOrCreateCA(db, old, "replication", now)
 	if err != nil {
 		return nil, Set{}, err
 	}
@@ -132,14 +132,14 @@ type authority struct {
 // loadOrCreateCA reads the CA from old, or creates one when old has none.
 // A CA that is there but cannot be read is an error: replacing it would
 // break the trust between the members.
-func loadOrCreateCA(db *fleetv1alpha1.Database, old map[string][]byte, now time.Time) (*authority, error) {
+func loadOrCreateCA(db *fleetv1alpha1.Database, old map[string][]byte, what string, now time.Time) (*authority, error) {
 	if len(old[pkiCACert]) == 0 && len(old[pkiCAKey]) == 0 {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
 			return nil, fmt.Errorf("generating the CA key: %w", err)
 		}
 		tmpl := &x509.Certificate{
-			Subject:               pkix.Name{CommonName: fmt.Sprintf("fleetdb %s/%s replication CA", db.Namespace, db.Name)},
+			Subject:               pkix.Name{CommonName: fmt.Sprintf("fleetdb %s/%s %s CA", db.Namespace, db.Name, what)},
 			IsCA:                  true,
 			BasicConstraintsValid: true,
 			KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
@@ -154,13 +154,17 @@ func loadOrCreateCA(db *fleetv1alpha1.Database, old map[string][]byte, now time.
 		}
 		old = map[string][]byte{pkiCACert: certPEM, pkiCAKey: keyPEM}
 	}
+	secret := "topology" // the replication CA's hub Secret is the topology PKI's
+	if what != "replication" {
+		secret = what
+	}
 	cert, err := parseCert(old[pkiCACert])
 	if err != nil || !cert.IsCA {
-		return nil, Error{"the topology PKI secret holds a CA certificate the hub cannot read; restore it"}
+		return nil, Error{"the " + secret + " PKI secret holds a CA certificate the hub cannot read; restore it"}
 	}
 	key, err := parseKey(old[pkiCAKey])
 	if err != nil || !key.PublicKey.Equal(cert.PublicKey) {
-		return nil, Error{"the topology PKI secret holds a CA key the hub cannot read or that does not match its certificate; restore it"}
+		return nil, Error{"the " + secret + " PKI secret holds a CA key the hub cannot read or that does not match its certificate; restore it"}
 	}
 	return &authority{cert: cert, key: key, certPEM: old[pkiCACert], keyPEM: old[pkiCAKey]}, nil
 }
@@ -247,5 +251,62 @@ func parseKey(b []byte) (*ecdsa.PrivateKey, error) {
 // for tests that put the certificates in front of a real PostgreSQL.
 func IssueTopologyCertificates(db *fleetv1alpha1.Database, hosts map[string]string, now time.Time) (map[string]member.TopologyCertificates, error) {
 	_, set, err := Issue(db, nil, hosts, now)
+	return set.Certs, err
+}
+
+// Keys of the hub Secret that keeps a StatefulSet-backend Database's
+// instance PKI (its CA beside pkiCACert and pkiCAKey).
+const (
+	pkiInstanceCrt = "instance.crt"
+	pkiInstanceKey = "instance.key"
+)
+
+// InstanceSet is what IssueInstance returns: the certificates every member
+// gets (one server certificate serves every instance in every member: their
+// names are the same everywhere) and when it is due for renewal.
+type InstanceSet struct {
+	Certs  member.InstanceCertificates
+	Renew  time.Time
+	Issued []string
+}
+
+// IssueInstance returns the Secret data of a StatefulSet-backend Database's
+// instance PKI (a CA of its own, created once, and the server certificate
+// of its PostgreSQL instances for member.InstanceDNSNames) with the
+// certificate kept from old while it is still good, and what the members
+// get. The CA's key is in the data only, never in the InstanceSet.
+func IssueInstance(db *fleetv1alpha1.Database, old map[string][]byte, now time.Time) (map[string][]byte, InstanceSet, error) {
+	ca, err := loadOrCreateCA(db, old, "instance", now)
+	if err != nil {
+		return nil, InstanceSet{}, err
+	}
+	var set InstanceSet
+	if !bytes.Equal(old[pkiCACert], ca.certPEM) {
+		set.Issued = append(set.Issued, "CA")
+	}
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: db.Name},
+		DNSNames:    member.InstanceDNSNames(db.Namespace, db.Name),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	certPEM, keyPEM, notAfter, err := ca.leaf(old[pkiInstanceCrt], old[pkiInstanceKey], tmpl, now)
+	if err != nil {
+		return nil, InstanceSet{}, err
+	}
+	if !bytes.Equal(old[pkiInstanceCrt], certPEM) {
+		set.Issued = append(set.Issued, "server")
+	}
+	set.Renew = notAfter.Add(-certRenewBefore)
+	set.Certs = member.InstanceCertificates{CACert: ca.certPEM, ServerCert: certPEM, ServerKey: keyPEM}
+	data := map[string][]byte{pkiCACert: ca.certPEM, pkiCAKey: ca.keyPEM, pkiInstanceCrt: certPEM, pkiInstanceKey: keyPEM}
+	return data, set, nil
+}
+
+// IssueInstanceCertificates returns the certificates a new StatefulSet-backend
+// Database's members get, keeping nothing: for tests that put them in front
+// of a real PostgreSQL.
+func IssueInstanceCertificates(db *fleetv1alpha1.Database, now time.Time) (member.InstanceCertificates, error) {
+	_, set, err := IssueInstance(db, nil, now)
 	return set.Certs, err
 }

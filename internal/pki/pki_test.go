@@ -107,3 +107,47 @@ func TestIssueTopologyPKIRefusesAnUnreadableCA(t *testing.T) {
 	var broken Error
 	g.Expect(err).To(BeAssignableToTypeOf(broken), "never replace a CA the members trust")
 }
+
+// TestIssueInstancePKI: a StatefulSet-backend Database's instance CA signs
+// one server certificate valid for every instance name the rotation Job
+// connects to; the CA key stays in the hub data; the certificate is kept
+// until it is due and then issued again from the same CA.
+func TestIssueInstancePKI(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	data, set, err := IssueInstance(pkiDatabase(), nil, now)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(set.Issued).To(Equal([]string{"CA", "server"}))
+	c := set.Certs
+	g.Expect(c.CACert).To(Equal(data[pkiCACert]))
+	for _, b := range [][]byte{c.CACert, c.ServerCert, c.ServerKey} {
+		g.Expect(bytes.Contains(b, data[pkiCAKey])).To(BeFalse(), "the CA key never goes to a member")
+	}
+	ca, err := parseCert(c.CACert)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ca.Subject.CommonName).To(Equal("fleetdb team-a/orders instance CA"))
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	pair, err := tls.X509KeyPair(c.ServerCert, c.ServerKey)
+	g.Expect(err).NotTo(HaveOccurred())
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, host := range []string{"orders-0.orders-hl", "orders-7.orders-hl.team-a.svc", "orders.team-a"} {
+		_, err := leaf.Verify(x509.VerifyOptions{DNSName: host, Roots: roots, CurrentTime: now})
+		g.Expect(err).NotTo(HaveOccurred(), host)
+	}
+	_, err = leaf.Verify(x509.VerifyOptions{DNSName: "other-0.other-hl", Roots: roots, CurrentTime: now})
+	g.Expect(err).To(HaveOccurred(), "another Database's instances are not named")
+	g.Expect(set.Renew).To(Equal(leaf.NotAfter.Add(-certRenewBefore)))
+
+	again, kept, err := IssueInstance(pkiDatabase(), data, now.Add(24*time.Hour))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(kept.Issued).To(BeEmpty())
+	g.Expect(again).To(Equal(data))
+
+	renewed, next, err := IssueInstance(pkiDatabase(), data, set.Renew.Add(time.Hour))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(next.Issued).To(Equal([]string{"server"}))
+	g.Expect(renewed[pkiCACert]).To(Equal(data[pkiCACert]), "the CA is never replaced")
+	g.Expect(renewed[pkiInstanceCrt]).NotTo(Equal(data[pkiInstanceCrt]))
+}

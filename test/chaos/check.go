@@ -217,10 +217,14 @@ func (r *runner) hubCredentials(ctx context.Context, db *fleetv1alpha1.Database)
 }
 
 // expected is what the hub renders for db in the member (member.Render,
-// without the Namespace) plus the volume claims its StatefulSet makes:
+// without the Namespace; the instance TLS Secret's data is a placeholder) plus the volume claims its StatefulSet makes:
 // "Kind/name".
 func expected(db *fleetv1alpha1.Database, cluster string, creds map[string][]byte) (map[string]client.Object, error) {
-	objs, err := member.Render(member.Params{Database: db, Cluster: cluster, Credentials: creds})
+	// The hub renders a StatefulSet-backend postgres Database with its
+	// instance certificates: their presence decides the objects (the TLS
+	// Secret), not their bytes, which the comparison never reads.
+	tls := &member.InstanceCertificates{CACert: []byte("ca"), ServerCert: []byte("crt"), ServerKey: []byte("key")}
+	objs, err := member.Render(member.Params{Database: db, Cluster: cluster, Credentials: creds, InstanceTLS: tls})
 	if err != nil {
 		return nil, err
 	}

@@ -23,10 +23,12 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/pki"
 	"github.com/fleetdb/fleetdb/member"
 )
 
@@ -44,43 +46,291 @@ var memberSecret = map[string][]byte{
 	member.CredentialsRootPasswordKey:    []byte(rootPassword),
 }
 
+// TestPostgresRotation runs the rendered rotation Job against a PostgreSQL
+// configured as member.Render configures the StatefulSet backend's: TLS on
+// with the server certificate the hub issues (pki.IssueInstanceCertificates),
+// its files as kubelet mounts the rendered Secret volume. The Job connects
+// to the instance by its rendered name (libpq's hostaddr reaches loopback,
+// the name is what verify-full checks) and verifies the certificate with the
+// one file it mounts, the CA. A server without TLS, or with a certificate
+// of another CA, is refused before the password leaves the Job
+// (issue 42, item 6).
 func TestPostgresRotation(t *testing.T) {
-	bin := postgresBinDir(t)
-	port := freePort(t)
-	dir := sharedTempDir(t)
-	asPostgres := runAs(t, "postgres", dir)
-	run(t, asPostgres(filepath.Join(bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", "postgres",
-		"--auth-local=trust", "--auth-host=scram-sha-256"))
-	run(t, asPostgres(filepath.Join(bin, "pg_ctl"), "start", "-w", "-D", filepath.Join(dir, "data"), "-l", filepath.Join(dir, "log"),
-		"-o", fmt.Sprintf("-k %s -p %d -c listen_addresses=127.0.0.1", dir, port)))
-	t.Cleanup(func() {
-		_ = asPostgres(filepath.Join(bin, "pg_ctl"), "stop", "-m", "immediate", "-D", filepath.Join(dir, "data")).Run()
-	})
-	// The application role, not a superuser: a role may change its own password.
-	run(t, exec.Command("psql", "-h", dir, "-p", strconv.Itoa(port), "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1",
-		"-c", "CREATE ROLE app LOGIN PASSWORD '"+oldPassword+"'"))
-
-	login := func(password string) error {
-		cmd := exec.Command("psql", "-h", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "app", "-d", "postgres", "-w", "-c", "SELECT 1")
-		cmd.Env = append(os.Environ(), "PGPASSWORD="+password)
-		return quiet(cmd)
-	}
-	if err := login(oldPassword); err != nil {
+	certs := instanceCerts(t, "orders")
+	srv := startRotationPostgres(t, certs)
+	script, env := rotationJob(t, fleetv1alpha1.EnginePostgres, srv.port)
+	env = postgresJobTLS(t, env, certs)
+	if err := srv.login(oldPassword); err != nil {
 		t.Fatalf("the old password does not log in before the rotation: %v", err)
 	}
-	script, env := rotationJob(t, fleetv1alpha1.EnginePostgres, port)
 	runScript(t, script, env)
-	if err := login(newPassword); err != nil {
+	if err := srv.login(newPassword); err != nil {
 		t.Fatalf("the new password does not log in after the rotation: %v", err)
 	}
-	if err := login(oldPassword); err == nil {
+	if err := srv.login(oldPassword); err == nil {
 		t.Fatal("the old password still logs in after the rotation")
+	}
+	if !srv.usedTLS(t) {
+		t.Fatal("the rotation's connections did not use TLS")
 	}
 	// A Job run again (a hub restart, a lost Job) succeeds and changes nothing.
 	out := runScript(t, script, env)
 	if !strings.Contains(out, "already accepts the new password") {
 		t.Fatalf("a second run did not notice the rotation was done: %s", out)
 	}
+}
+
+// TestPostgresRotationRefusesUnverifiedServers: the rendered Job refuses a
+// server that serves no TLS (the StatefulSet backend before this change),
+// one whose certificate another CA issued, and one whose certificate names
+// another Database's instances; the password stays as it was.
+func TestPostgresRotationRefusesUnverifiedServers(t *testing.T) {
+	certs := instanceCerts(t, "orders")
+	for name, served := range map[string]*member.InstanceCertificates{
+		"no TLS":                  nil,
+		"another CA":              instanceCerts(t, "orders"),
+		"another Database's name": instanceCerts(t, "payments"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := startRotationPostgres(t, served)
+			script, env := rotationJob(t, fleetv1alpha1.EnginePostgres, srv.port)
+			out, err := runJobScript(script, postgresJobTLS(t, env, certs))
+			if err == nil {
+				t.Fatalf("the rotation Job succeeded against a server it cannot verify:\n%s", out)
+			}
+			if !strings.Contains(out, "SSL") && !strings.Contains(out, "certificate") {
+				t.Fatalf("the rotation Job failed, not on TLS:\n%s", out)
+			}
+			if strings.Contains(out, newPassword) || strings.Contains(out, oldPassword) {
+				t.Fatalf("the rotation script printed a password:\n%s", out)
+			}
+			if err := srv.login(oldPassword); err != nil {
+				t.Fatalf("the password changed although the Job could not verify the server: %v", err)
+			}
+			if err := srv.login(newPassword); err == nil {
+				t.Fatal("the new password logs in although the Job could not verify the server")
+			}
+		})
+	}
+	// Nor does the script run with TLS turned down in its environment.
+	srv := startRotationPostgres(t, certs)
+	script, env := rotationJob(t, fleetv1alpha1.EnginePostgres, srv.port)
+	env = postgresJobTLS(t, env, certs)
+	for i, e := range env {
+		if strings.HasPrefix(e, "PGSSLMODE=") {
+			env[i] = "PGSSLMODE=require"
+		}
+	}
+	if out, err := runJobScript(script, env); err == nil || !strings.Contains(out, "refusing") {
+		t.Fatalf("the rotation script ran with sslmode require: %v\n%s", err, out)
+	}
+	if err := srv.login(oldPassword); err != nil {
+		t.Fatalf("the password changed: %v", err)
+	}
+}
+
+// instanceCerts are the instance certificates the hub issues for a new
+// postgres Database named name (a new CA each call).
+func instanceCerts(t *testing.T, name string) *member.InstanceCertificates {
+	t.Helper()
+	db := &fleetv1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name}}
+	c, err := pki.IssueInstanceCertificates(db, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &c
+}
+
+// rotationPostgres is a PostgreSQL server with the application role app on
+// oldPassword.
+type rotationPostgres struct {
+	port int
+	dir  string
+}
+
+// startRotationPostgres starts PostgreSQL with the TLS settings of the
+// postgresql.conf member.Render renders for certs (nil: without TLS, as
+// before issue 42 item 6), the certificate files as kubelet writes the
+// rendered Secret volume (root-owned, the pod's fsGroup as group, the
+// volume's defaultMode) under a folder that stands for its mount path.
+func startRotationPostgres(t *testing.T, certs *member.InstanceCertificates) *rotationPostgres {
+	t.Helper()
+	bin := postgresBinDir(t)
+	s := &rotationPostgres{port: freePort(t), dir: sharedTempDir(t)}
+	asPostgres := runAs(t, "postgres", s.dir)
+	data := filepath.Join(s.dir, "data")
+	run(t, asPostgres(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres",
+		"--auth-local=trust", "--auth-host=scram-sha-256"))
+	if certs != nil {
+		conf, err := os.OpenFile(filepath.Join(data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = conf.WriteString("\n" + renderedTLSConfig(t, certs))
+		if cerr := conf.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(t, asPostgres(filepath.Join(bin, "pg_ctl"), "start", "-w", "-D", data, "-l", filepath.Join(s.dir, "log"),
+		"-o", fmt.Sprintf("-k %s -p %d -c listen_addresses=127.0.0.1 -c log_connections=on", s.dir, s.port)))
+	t.Cleanup(func() { _ = asPostgres(filepath.Join(bin, "pg_ctl"), "stop", "-m", "immediate", "-D", data).Run() })
+	// The application role, not a superuser: a role may change its own password.
+	run(t, exec.Command("psql", "-h", s.dir, "-p", strconv.Itoa(s.port), "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1",
+		"-c", "CREATE ROLE app LOGIN PASSWORD '"+oldPassword+"'"))
+	return s
+}
+
+func (s *rotationPostgres) login(password string) error {
+	cmd := exec.Command("psql", "-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", "app", "-d", "postgres", "-w", "-c", "SELECT 1")
+	cmd.Env = append(os.Environ(), "PGPASSWORD="+password, "PGSSLMODE=prefer")
+	return quiet(cmd)
+}
+
+// usedTLS reports whether the server logged an authorized app connection
+// over SSL (log_connections).
+func (s *rotationPostgres) usedTLS(t *testing.T) bool {
+	t.Helper()
+	log, err := os.ReadFile(filepath.Join(s.dir, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(log), "\n") {
+		if strings.Contains(line, "connection authorized: user=app") && strings.Contains(line, "SSL enabled") {
+			return true
+		}
+	}
+	return false
+}
+
+// renderedTLSConfig renders the Database with certs and returns the TLS
+// settings of its postgresql.conf with the Secret volume's mount path
+// replaced by a folder holding the volume's files as kubelet writes them.
+func renderedTLSConfig(t *testing.T, certs *member.InstanceCertificates) string {
+	t.Helper()
+	objs, err := member.Render(member.Params{Database: rotationDatabase(fleetv1alpha1.EnginePostgres), Cluster: "m1", InstanceTLS: certs,
+		Credentials: map[string][]byte{member.CredentialsUsernameKey: []byte("app"), member.CredentialsPasswordKey: []byte(oldPassword)}})
+	if err != nil {
+		t.Fatalf("Render: %v", err)
+	}
+	var conf string
+	var secret *corev1.Secret
+	var pod corev1.PodSpec
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *corev1.ConfigMap:
+			conf = o.Data["postgresql.conf"]
+		case *corev1.Secret:
+			if o.Name == member.InstanceTLSSecretName("orders") {
+				secret = o
+			}
+		case *appsv1.StatefulSet:
+			pod = o.Spec.Template.Spec
+		}
+	}
+	if secret == nil {
+		t.Fatal("Render made no instance TLS Secret")
+	}
+	mountPath, folder := mountSecretVolume(t, pod, pod.Containers[0], secret)
+	var tlsConf []string
+	for _, line := range strings.Split(conf, "\n") {
+		if strings.HasPrefix(line, "ssl") {
+			tlsConf = append(tlsConf, strings.ReplaceAll(line, mountPath, folder))
+		}
+	}
+	if len(tlsConf) == 0 {
+		t.Fatalf("the rendered postgresql.conf has no TLS settings:\n%s", conf)
+	}
+	return strings.Join(tlsConf, "\n") + "\n"
+}
+
+// mountSecretVolume writes the files of the Secret volume container c
+// mounts (its items, the volume's defaultMode; as root, owned by root with
+// the pod's fsGroup standing for the postgres user's group, as kubelet
+// does) into a new folder; it returns the mount path and that folder.
+func mountSecretVolume(t *testing.T, pod corev1.PodSpec, c corev1.Container, secret *corev1.Secret) (string, string) {
+	t.Helper()
+	var vol *corev1.Volume
+	for i := range pod.Volumes {
+		if v := pod.Volumes[i].Secret; v != nil && v.SecretName == secret.Name {
+			vol = &pod.Volumes[i]
+		}
+	}
+	if vol == nil {
+		t.Fatalf("no volume of Secret %s", secret.Name)
+	}
+	mountPath := ""
+	for _, m := range c.VolumeMounts {
+		if m.Name == vol.Name {
+			mountPath = m.MountPath
+		}
+	}
+	if mountPath == "" {
+		t.Fatalf("container %s does not mount volume %s", c.Name, vol.Name)
+	}
+	folder := sharedTempDir(t)
+	mode := os.FileMode(0o644)
+	if vol.Secret.DefaultMode != nil {
+		mode = os.FileMode(*vol.Secret.DefaultMode)
+	}
+	gid := -1
+	if os.Geteuid() == 0 {
+		if u, err := user.Lookup("postgres"); err == nil {
+			gid, _ = strconv.Atoi(u.Gid)
+		}
+	} else {
+		mode = 0o600 // the files are the test user's, who runs postgres
+	}
+	for _, item := range vol.Secret.Items {
+		p := filepath.Join(folder, item.Path)
+		if err := os.WriteFile(p, secret.Data[item.Key], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if gid >= 0 {
+			if err := os.Chown(p, 0, gid); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return mountPath, folder
+}
+
+// postgresJobTLS gives the rotation Job's environment env what kubelet gives
+// it: the CA file of its Secret volume (from certs, the Database's),
+// PGSSLROOTCERT pointing into that folder; and PGHOSTADDR, so that libpq
+// reaches the loopback server while it verifies the rendered host name.
+func postgresJobTLS(t *testing.T, env []string, certs *member.InstanceCertificates) []string {
+	t.Helper()
+	job, err := member.RotationJob(member.RotationParams{
+		Database: rotationDatabase(fleetv1alpha1.EnginePostgres), Cluster: "m1", Token: "t1", Attempt: 1,
+		StatefulSet: &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "orders", UID: "s1"}},
+	})
+	if err != nil {
+		t.Fatalf("RotationJob: %v", err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: member.InstanceTLSSecretName("orders")}, Data: map[string][]byte{
+		member.TLSCAKey: certs.CACert, member.TLSCertKey: certs.ServerCert, member.TLSKeyKey: certs.ServerKey,
+	}}
+	pod := job.Spec.Template.Spec
+	mountPath, folder := mountSecretVolume(t, pod, pod.Containers[0], secret)
+	for _, f := range []string{member.TLSCertKey, member.TLSKeyKey} {
+		if _, err := os.Stat(filepath.Join(folder, f)); err == nil {
+			t.Fatalf("the rotation Job mounts %s", f)
+		}
+	}
+	out := make([]string, 0, len(env)+1)
+	for _, e := range env {
+		if strings.HasPrefix(e, "PGSSLROOTCERT=") {
+			e = strings.ReplaceAll(e, mountPath, folder)
+		}
+		out = append(out, e)
+	}
+	return append(out, "PGHOSTADDR=127.0.0.1")
 }
 
 func TestMySQLRotation(t *testing.T) {
@@ -141,20 +391,25 @@ CREATE USER 'app'@'%' IDENTIFIED BY '` + oldPassword + `';`); err != nil {
 	}
 }
 
+// rotationDatabase is the one-instance Database the rotation tests render.
+func rotationDatabase(engine fleetv1alpha1.Engine) *fleetv1alpha1.Database {
+	return &fleetv1alpha1.Database{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "orders", UID: "u1"},
+		Spec: fleetv1alpha1.DatabaseSpec{
+			Engine: engine, Backend: fleetv1alpha1.BackendStatefulSet, Replicas: 1,
+			Storage: fleetv1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
+		},
+	}
+}
+
 // rotationJob renders the rotation Job of a one-instance Database and
 // returns its script and the environment kubelet would give it: literal
-// values as rendered (but the instances' addresses, which are this test's
+// values as rendered (but mysql's instance address, which is this test's
 // loopback server) and Secret references resolved from memberSecret.
 func rotationJob(t *testing.T, engine fleetv1alpha1.Engine, port int) (string, []string) {
 	t.Helper()
-	db := &fleetv1alpha1.Database{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "orders", UID: "u1"},
-		Spec: fleetv1alpha1.DatabaseSpec{
-			Engine: engine, Replicas: 1, Storage: fleetv1alpha1.StorageSpec{Size: resource.MustParse("1Gi")},
-		},
-	}
 	job, err := member.RotationJob(member.RotationParams{
-		Database: db, Cluster: "m1", Token: "t1", Attempt: 1,
+		Database: rotationDatabase(engine), Cluster: "m1", Token: "t1", Attempt: 1,
 		StatefulSet: &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "orders", UID: "s1"}},
 	})
 	if err != nil {
@@ -172,7 +427,9 @@ func rotationJob(t *testing.T, engine fleetv1alpha1.Engine, port int) (string, [
 			if v != "orders-0.orders-hl" {
 				t.Fatalf("DB_HOSTS = %q, want the one instance's address", v)
 			}
-			v = "127.0.0.1"
+			if engine == fleetv1alpha1.EngineMySQL {
+				v = "127.0.0.1"
+			} // postgres: the name stays, for verify-full; PGHOSTADDR reaches loopback (postgresJobTLS)
 		case e.Name == "DB_PORT":
 			v = strconv.Itoa(port)
 		case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:

@@ -609,7 +609,7 @@ func TestHubSecretCache(t *testing.T) {
 		got, ns, planted*size)
 	g.Expect(got).To(BeNumerically("<", size), "the hub received the planted Secrets' data (%d bytes)", got)
 	for name := range counted.read() {
-		g.Expect(name).To(SatisfyAny(HaveSuffix("-credentials"), HaveSuffix("-topology-pki")), "the hub read a Secret not of a Database by name")
+		g.Expect(name).To(SatisfyAny(HaveSuffix("-credentials"), HaveSuffix("-topology-pki"), HaveSuffix("-instance-pki")), "the hub read a Secret not of a Database by name")
 		g.Expect(name).NotTo(HavePrefix("hoard-"), "the hub read a planted Secret")
 	}
 }

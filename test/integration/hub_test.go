@@ -574,6 +574,16 @@ func testDelete(t *testing.T, e *env) {
 			pvcErr := c.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "data-" + name + "-0"}, &pvc)
 			var secret corev1.Secret
 			secretErr := c.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name + "-credentials"}, &secret)
+			var tlsSecret corev1.Secret
+			tlsErr := c.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name + "-instance-tls"}, &tlsSecret)
+			switch policy {
+			case fleetv1alpha1.DeletionPolicyOrphan:
+				g.Expect(tlsErr).NotTo(HaveOccurred(), "%s: the instance TLS Secret is kept in %s", policy, m)
+				g.Expect(tlsSecret.Labels).NotTo(HaveKey(fleetv1alpha1.LabelManagedBy))
+			default:
+				// A private key, issued anew for a new Database.
+				g.Expect(apierrors.IsNotFound(tlsErr)).To(BeTrue(), "%s: the instance TLS Secret left in %s", policy, m)
+			}
 			switch policy {
 			case fleetv1alpha1.DeletionPolicyDelete:
 				g.Expect(apierrors.IsNotFound(stsErr)).To(BeTrue(), "%s: sts left in %s", policy, m)

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/internal/pki"
 	"github.com/fleetdb/fleetdb/member"
 	"github.com/fleetdb/fleetdb/test/fleet"
 )
@@ -70,7 +72,11 @@ func TestMemberAgentScope(t *testing.T) {
 	db := &fleetv1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "orders", UID: "u1"},
 		Spec: fleetv1alpha1.DatabaseSpec{Engine: fleetv1alpha1.EnginePostgres, Backend: fleetv1alpha1.BackendStatefulSet, Replicas: 1,
 			Storage: fleetv1alpha1.StorageSpec{Size: resource.MustParse("1Gi")}}}
-	objs, err := member.Render(member.Params{Database: db, Cluster: "m1", Credentials: creds})
+	// With the instance TLS the hub issues (issue 42, item 6): the
+	// StatefulSet mounts its Secret, the rotation Job the CA from it.
+	instanceTLS, err := pki.IssueInstanceCertificates(db, time.Now())
+	g.Expect(err).NotTo(HaveOccurred())
+	objs, err := member.Render(member.Params{Database: db, Cluster: "m1", Credentials: creds, InstanceTLS: &instanceTLS})
 	g.Expect(err).NotTo(HaveOccurred())
 	var sts *appsv1.StatefulSet
 	for _, o := range objs {
@@ -97,9 +103,6 @@ func TestMemberAgentScope(t *testing.T) {
 	cleanup, err := member.BackupCleanupJob(backup, "orders-cleanup", nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(agent.Create(ctx, cleanup)).To(Succeed(), "the backup cleanup Job as fleetdb renders it")
-	rotation, err := member.RotationJob(member.RotationParams{Database: db, Cluster: "m1", Token: "t1", Attempt: 1, StatefulSet: sts})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(agent.Create(ctx, rotation)).To(Succeed(), "the rotation Job as fleetdb renders it")
 	s3DB := db.DeepCopy()
 	s3DB.Spec.Backup = &fleetv1alpha1.BackupSpec{S3: &fleetv1alpha1.S3BackupSpec{Endpoint: "https://s3.example", Bucket: "b", CredentialsSecretName: "s3"}}
 	upload, err := member.BackupJob(member.BackupParams{Database: s3DB, Kind: fleetv1alpha1.BackupKindOnDemand, ID: "b2", Attempt: 1, HubID: "h"})
@@ -115,6 +118,25 @@ func TestMemberAgentScope(t *testing.T) {
 		privileged(&probe.Spec.Template.Spec.Containers[0])
 		return apierrors.IsForbidden(agent.Create(ctx, probe, client.DryRunAll))
 	}).WithTimeout(eventually).WithPolling(poll).Should(BeTrue(), "the pod policy never took effect")
+	// Secret volumes, admitted for the Database's own instance TLS Secret only.
+	g.Expect(sts.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Secret.SecretName", member.InstanceTLSSecretName("orders"))))
+	var rendered appsv1.StatefulSet
+	g.Expect(agent.Get(ctx, client.ObjectKeyFromObject(sts), &rendered)).To(Succeed())
+	rendered.Spec.Template.Annotations["probe"] = "1"
+	g.Expect(agent.Update(ctx, &rendered, client.DryRunAll)).To(Succeed(), "the StatefulSet with its instance TLS volume as fleetdb renders it")
+	rotation, err := member.RotationJob(member.RotationParams{Database: db, Cluster: "m1", Token: "t1", Attempt: 1, StatefulSet: sts})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(rotation.Spec.Template.Spec.Volumes).To(ConsistOf(HaveField("Secret.SecretName", member.InstanceTLSSecretName("orders"))))
+	g.Expect(agent.Create(ctx, rotation)).To(Succeed(), "the rotation Job as fleetdb renders it")
+	otherSecret := rotation.DeepCopy()
+	otherSecret.ResourceVersion, otherSecret.Name = "", "orders-rotate-other"
+	otherSecret.Spec.Selector, otherSecret.Spec.Template.Labels = nil, nil
+	otherSecret.Spec.Template.Spec.Volumes[0].Secret.SecretName = "payments-instance-tls"
+	refused(agent.Create(ctx, otherSecret), "a rotation Job mounting another Database's instance TLS Secret", "instance TLS Secret of their own Database")
+	unnamed := rotation.DeepCopy()
+	unnamed.ResourceVersion, unnamed.Name = "", "shell-tls"
+	unnamed.Spec.Selector, unnamed.Spec.Template.Labels = nil, nil
+	refused(agent.Create(ctx, unnamed), "a Job not named after the Database it mounts the instance TLS Secret of", "instance TLS Secret of their own Database")
 
 	// Pod templates beyond what fleetdb renders.
 	for what, change := range map[string]func(*corev1.PodSpec){
@@ -132,12 +154,20 @@ func TestMemberAgentScope(t *testing.T) {
 		},
 		"a host port":      func(p *corev1.PodSpec) { p.Containers[0].Ports[0].HostPort = 5432 },
 		"the host network": func(p *corev1.PodSpec) { p.HostNetwork = true },
+		"a volume of another Secret": func(p *corev1.PodSpec) {
+			p.Volumes = append(p.Volumes, corev1.Volume{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "tenant-creds"}}})
+		},
 		"a hostPath volume": func(p *corev1.PodSpec) {
 			p.Volumes = append(p.Volumes, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
 		},
 	} {
 		bad := sts.DeepCopy()
 		bad.ResourceVersion, bad.Name = "", "bad"
+		for _, v := range bad.Spec.Template.Spec.Volumes {
+			if v.Secret != nil {
+				v.Secret.SecretName = member.InstanceTLSSecretName(bad.Name) // its own: only change is refused
+			}
+		}
 		change(&bad.Spec.Template.Spec)
 		refused(agent.Create(ctx, bad), "a StatefulSet with "+what, "fleetdb-hub-agent-pods")
 	}

@@ -1,10 +1,12 @@
 package integration
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -80,6 +82,43 @@ func testRotationCNPG(t *testing.T, e *env) {
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
 
+// expectInstanceTLS (issue 42, item 6): the hub keeps the Database's
+// instance CA, its key included, in the hub Secret "<name>-instance-pki";
+// each member gets the CA certificate and the server certificate and key
+// (no CA key) in "<name>-instance-tls", which the postgres StatefulSet
+// mounts, and the rotation Job connects with sslmode verify-full against
+// that CA, the only key of the Secret it mounts.
+func expectInstanceTLS(t *testing.T, e *env, ns, name string, members ...string) {
+	t.Helper()
+	g := NewWithT(t)
+	var hub corev1.Secret
+	g.Expect(e.hub.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name + "-instance-pki"}, &hub)).To(Succeed())
+	g.Expect(hub.Data).To(HaveKey("ca.key"), "the CA key stays in the hub")
+	for _, m := range members {
+		var s corev1.Secret
+		g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: member.InstanceTLSSecretName(name)}, &s)).To(Succeed())
+		g.Expect(s.Type).To(Equal(corev1.SecretTypeTLS))
+		g.Expect(s.Data).To(HaveLen(3))
+		g.Expect(s.Data["ca.crt"]).To(Equal(hub.Data["ca.crt"]), "%s trusts the Database's CA", m)
+		g.Expect(s.Data["tls.crt"]).To(Equal(hub.Data["instance.crt"]))
+		g.Expect(s.Data["tls.key"]).To(Equal(hub.Data["instance.key"]))
+		for k, v := range s.Data {
+			g.Expect(bytes.Contains(v, hub.Data["ca.key"])).To(BeFalse(), "the CA key reached %s in %s", m, k)
+		}
+		var sts appsv1.StatefulSet
+		g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &sts)).To(Succeed())
+		g.Expect(sts.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Secret.SecretName", member.InstanceTLSSecretName(name))))
+		var cm corev1.ConfigMap
+		g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name + "-config"}, &cm)).To(Succeed())
+		g.Expect(cm.Data["postgresql.conf"]).To(ContainSubstring("ssl = on"))
+		jobs := e.rotationJobs(g, m, ns)
+		g.Expect(jobs).NotTo(BeEmpty())
+		pod := jobs[0].Spec.Template.Spec
+		g.Expect(pod.Containers[0].Env).To(ContainElement(corev1.EnvVar{Name: "PGSSLMODE", Value: "verify-full"}))
+		g.Expect(pod.Volumes).To(ConsistOf(HaveField("Secret.Items", ConsistOf(HaveField("Key", "ca.crt")))))
+	}
+}
+
 // clusterGeneration is metadata.generation of the CloudNativePG Cluster in a member.
 func (e *env) clusterGeneration(g Gomega, m, ns, name string) int64 {
 	u := member.NewCNPGCluster()
@@ -112,6 +151,7 @@ func testRotation(t *testing.T, e *env) {
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonRotating))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	expectInstanceTLS(t, e, ns, "orders", "m1", "m2")
 
 	// m1's Job succeeds: m1's Secret switches at once, the rest waits.
 	e.finishJob(g, "m1", e.rotationJobs(g, "m1", ns)[0], true)

@@ -93,6 +93,9 @@ type databaseScope struct {
 	finalBackups []fleetv1alpha1.BackupRecord
 	// topology is each target's PrimaryStandby wiring (nil for Independent).
 	topology map[string]*member.Topology
+	// instanceTLS are the certificates of a postgres Database's instances on
+	// the StatefulSet backend (nil otherwise).
+	instanceTLS *member.InstanceCertificates
 	// topologyPass is the PrimaryStandby topology's part of the status
 	// (nil for an Independent Database).
 	topologyPass *topology.Pass
@@ -149,6 +152,7 @@ func (r *databaseReconciler) Reconcile(ctx context.Context, req mcreconcile.Requ
 		r.reconcilePlacement,
 		r.reconcileDroppedMembers,
 		r.reconcileTopologyWiring,
+		r.reconcileInstanceTLS,
 		r.reconcileRotation,
 		r.reconcileTopology,
 		r.reconcileRollout,

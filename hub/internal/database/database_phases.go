@@ -93,6 +93,7 @@ func (r *databaseReconciler) reconcileRollout(ctx context.Context, s *databaseSc
 		absentSecrets: s.absentSecrets,
 		finalBackup:   newFinalBackupPlan(s.db, s.db.TeardownPolicy(), s.teardown),
 		topology:      s.topology,
+		instanceTLS:   s.instanceTLS,
 		roles:         topologyRoles(s.db, s.placement.Targets),
 		adopt:         types.UID(s.db.Annotations[fleetv1alpha1.AnnotationAdoptCredentials]),
 	})

@@ -571,6 +571,11 @@ func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c 
 		// start a second, independent primary.
 		return member.ApplyResult{}, fmt.Errorf("the plan has no topology wiring for member %s yet", cluster)
 	}
+	if needsInstanceTLS(db) && p.instanceTLS == nil {
+		// Never render its postgres without TLS: the rotation Job would
+		// refuse it.
+		return member.ApplyResult{}, fmt.Errorf("the plan has no instance certificates for member %s yet", cluster)
+	}
 	objs, err := member.Render(member.Params{
 		Database:        db,
 		Cluster:         cluster,
@@ -578,6 +583,7 @@ func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c 
 		ImageRepository: r.opts.ImageRepository,
 		Traceparent:     p.traceparent,
 		Topology:        topology,
+		InstanceTLS:     p.instanceTLS,
 	})
 	if err != nil {
 		return member.ApplyResult{}, fmt.Errorf("rendering: %w", err)

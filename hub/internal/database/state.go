@@ -54,6 +54,9 @@ type plan struct {
 	// topology is each target's PrimaryStandby wiring (replica, peers,
 	// certificates); nil for an Independent Database.
 	topology map[string]*member.Topology
+	// instanceTLS are the certificates of a postgres Database's instances on
+	// the StatefulSet backend, the same for every member; nil otherwise.
+	instanceTLS *member.InstanceCertificates
 	// absentSecrets are the members where the credential recovery of this
 	// reconcile found no credentials Secret (nil: none known); the first
 	// member sync of each takes that answer instead of reading again.
@@ -134,7 +137,7 @@ func (p *plan) changedMembers(prev *plan) []string {
 		}
 	}
 	if prev == nil || prev.uid != p.uid || prev.generation != p.generation || prev.policy != p.policy || prev.adopt != p.adopt ||
-		!maps.EqualFunc(prev.credentials, p.credentials, bytes.Equal) {
+		!maps.EqualFunc(prev.credentials, p.credentials, bytes.Equal) || !sameInstanceTLS(prev.instanceTLS, p.instanceTLS) {
 		return sortedKeys(members)
 	}
 	var out []string
@@ -145,6 +148,14 @@ func (p *plan) changedMembers(prev *plan) []string {
 		}
 	}
 	return out
+}
+
+// sameInstanceTLS compares two plans' instance certificates.
+func sameInstanceTLS(a, b *member.InstanceCertificates) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return bytes.Equal(a.CACert, b.CACert) && bytes.Equal(a.ServerCert, b.ServerCert) && bytes.Equal(a.ServerKey, b.ServerKey)
 }
 
 // sameTopology compares two members' wiring, certificates included.

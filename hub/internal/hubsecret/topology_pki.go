@@ -34,55 +34,92 @@ func topologyPKIName(db *fleetv1alpha1.Database) string { return db.Name + "-top
 // the Database's is never touched (pki.Error).
 func EnsureTopologyPKI(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database,
 	hosts map[string]string, now time.Time) (pki.Set, error) {
+	var set pki.Set
+	err := ensurePKI(ctx, c, live, db, topologyPKIName(db), "topology", func(old map[string][]byte) (map[string][]byte, error) {
+		data, s, err := pki.Issue(db, old, hosts, now)
+		set = s
+		return data, err
+	})
+	return set, err
+}
+
+// instancePKIName is the hub Secret with a StatefulSet-backend postgres
+// Database's instance CA (certificate and private key) and the server
+// certificate it issued. Only the hub reads it.
+func instancePKIName(db *fleetv1alpha1.Database) string { return db.Name + "-instance-pki" }
+
+// EnsureInstancePKI keeps a StatefulSet-backend postgres Database's instance
+// PKI in its hub Secret (owned by the Database) and returns what every
+// member gets: the CA certificate and the instances' server certificate and
+// key (pki.IssueInstance). As the topology's, the CA is created once and
+// never replaced, and the server certificate is issued again when it no
+// longer matches or less than the renewal margin of its life remains; a
+// Secret of that name that is not the Database's is never touched
+// (pki.Error).
+func EnsureInstancePKI(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database,
+	now time.Time) (pki.InstanceSet, error) {
+	var set pki.InstanceSet
+	err := ensurePKI(ctx, c, live, db, instancePKIName(db), "instance", func(old map[string][]byte) (map[string][]byte, error) {
+		data, s, err := pki.IssueInstance(db, old, now)
+		set = s
+		return data, err
+	})
+	return set, err
+}
+
+// ensurePKI creates or renews the hub Secret name of db with the data issue
+// returns from the Secret's current data (nil: none yet).
+func ensurePKI(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database, name, what string,
+	issue func(old map[string][]byte) (map[string][]byte, error)) error {
 	var s corev1.Secret
-	key := client.ObjectKey{Namespace: db.Namespace, Name: topologyPKIName(db)}
+	key := client.ObjectKey{Namespace: db.Namespace, Name: name}
 	err := c.Get(ctx, key, &s)
 	if apierrors.IsNotFound(err) {
 		err = live.Get(ctx, key, &s) // the cache may lag behind a create
 	}
 	switch {
 	case apierrors.IsNotFound(err):
-		return createTopologyPKI(ctx, c, db, key, hosts, now)
+		return createPKI(ctx, c, db, key, what, issue)
 	case err != nil:
-		return pki.Set{}, fmt.Errorf("reading the topology PKI secret: %w", err)
+		return fmt.Errorf("reading the %s PKI secret: %w", what, err)
 	}
 	if leftoverOf(&s, db) {
 		if err := adopt(ctx, c, db, &s); err != nil {
-			return pki.Set{}, err
+			return err
 		}
 	}
 	if !metav1.IsControlledBy(&s, db) {
-		return pki.Set{}, pki.Error{Msg: fmt.Sprintf("secret %s exists and is not owned by this Database; rename or remove it", key)}
+		return pki.Error{Msg: fmt.Sprintf("secret %s exists and is not owned by this Database; rename or remove it", key)}
 	}
-	data, set, err := pki.Issue(db, s.Data, hosts, now)
+	data, err := issue(s.Data)
 	if err != nil {
-		return pki.Set{}, err
+		return err
 	}
 	if maps.EqualFunc(data, s.Data, bytes.Equal) {
-		return set, nil // a member dropped from placement only removes entries
+		return nil // a member dropped from placement only removes entries
 	}
 	patch := client.MergeFromWithOptions(s.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	s.Data = data
 	if err := c.Patch(ctx, &s, patch); err != nil {
-		return pki.Set{}, fmt.Errorf("renewing the topology certificates: %w", err)
+		return fmt.Errorf("renewing the %s certificates: %w", what, err)
 	}
-	return set, nil
+	return nil
 }
 
-// createTopologyPKI creates the hub Secret with a new CA and every certificate.
-func createTopologyPKI(ctx context.Context, c client.Client, db *fleetv1alpha1.Database, key client.ObjectKey,
-	hosts map[string]string, now time.Time) (pki.Set, error) {
-	data, set, err := pki.Issue(db, nil, hosts, now)
+// createPKI creates the hub Secret with a new CA and every certificate.
+func createPKI(ctx context.Context, c client.Client, db *fleetv1alpha1.Database, key client.ObjectKey, what string,
+	issue func(old map[string][]byte) (map[string][]byte, error)) error {
+	data, err := issue(nil)
 	if err != nil {
-		return pki.Set{}, err
+		return err
 	}
 	s, err := newHubSecret(db, key, data, c.Scheme())
 	if err != nil {
-		return pki.Set{}, fmt.Errorf("owning the topology PKI secret: %w", err)
+		return fmt.Errorf("owning the %s PKI secret: %w", what, err)
 	}
 	if err := c.Create(ctx, s); err != nil {
 		// AlreadyExists: another pass created it; the next reconcile reads it.
-		return pki.Set{}, fmt.Errorf("creating the topology PKI secret: %w", err)
+		return fmt.Errorf("creating the %s PKI secret: %w", what, err)
 	}
-	return set, nil
+	return nil
 }
