@@ -22,6 +22,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/hub"
+	"github.com/fleetdb/fleetdb/member"
 	"github.com/fleetdb/fleetdb/test/fleet"
 	"github.com/fleetdb/fleetdb/test/localfleet"
 )
@@ -235,15 +236,20 @@ func countStatefulSets(ctx context.Context, g Gomega, f *Fleet, ns string) int {
 }
 
 // expectExactMemberObjects: every member holds, for each Database, exactly
-// its StatefulSet, two Services, ConfigMap, credentials Secret, claim and
-// pod, labelled with the Database's UID; and nothing else of fleetdb's.
+// its StatefulSet, two Services, ConfigMap, credentials Secret (and, for
+// postgres, its instance TLS Secret), claim and pod, labelled with the
+// Database's UID; and nothing else of fleetdb's.
 func expectExactMemberObjects(ctx context.Context, t testing.TB, f *Fleet, ns string, dbs []*fleetv1alpha1.Database) {
 	t.Helper()
 	want := map[string][]string{}
 	for _, db := range dbs {
 		n := db.Name
+		secrets := []string{n + "-credentials"}
+		if db.Spec.Engine == fleetv1alpha1.EnginePostgres {
+			secrets = append(secrets, member.InstanceTLSSecretName(n))
+		}
 		for kind, names := range map[string][]string{
-			"StatefulSet": {n}, "Service": {n, n + "-hl"}, "ConfigMap": {n + "-config"}, "Secret": {n + "-credentials"},
+			"StatefulSet": {n}, "Service": {n, n + "-hl"}, "ConfigMap": {n + "-config"}, "Secret": secrets,
 			"PersistentVolumeClaim": {"data-" + n + "-0"}, "Pod": {n + "-0"},
 		} {
 			want[kind] = append(want[kind], names...)
