@@ -131,7 +131,7 @@ func TestTracing(t *testing.T) {
 			g.Expect(s.attrs).To(HaveKeyWithValue(string(telemetry.AttrDatabaseGeneration), "1"))
 			g.Expect(s.attrs).To(HaveKeyWithValue(string(telemetry.AttrRole), "apply"))
 			g.Expect(s.attrs).To(HaveKeyWithValue(string(telemetry.AttrObjectsRestored), "0"))
-			g.Expect(s.attrs).To(HaveKeyWithValue(string(telemetry.AttrObjectsApplied), "6"), "%s: namespace, secret, configmap, 2 services, statefulset (one instance: no pdb)", m)
+			g.Expect(s.attrs).To(HaveKeyWithValue(string(telemetry.AttrObjectsApplied), "7"), "%s: namespace, credentials and instance TLS secrets, configmap, 2 services, statefulset (one instance: no pdb)", m)
 			g.Expect(s.statusError).To(BeFalse())
 			syncSpan[m] = s
 

@@ -95,7 +95,6 @@ func (r *databaseReconciler) reconcileRollout(ctx context.Context, s *databaseSc
 		topology:      s.topology,
 		instanceTLS:   s.instanceTLS,
 		roles:         topologyRoles(s.db, s.placement.Targets),
-		adopt:         types.UID(s.db.Annotations[fleetv1alpha1.AnnotationAdoptCredentials]),
 	})
 	return ctrl.Result{}, nil
 }

@@ -66,9 +66,6 @@ type plan struct {
 	// entry changed is woken (topology carries what it renders; both derive
 	// from the Database's stored status, see decideRole).
 	roles map[string]string
-	// adopt is the UID the Database's AnnotationAdoptCredentials names: its
-	// change wakes every member (one refused for retained claims may go on).
-	adopt types.UID
 }
 
 // absentSecretsFresh bounds how old the credential recovery's NotFound may
@@ -136,7 +133,7 @@ func (p *plan) changedMembers(prev *plan) []string {
 			members[name] = true
 		}
 	}
-	if prev == nil || prev.uid != p.uid || prev.generation != p.generation || prev.policy != p.policy || prev.adopt != p.adopt ||
+	if prev == nil || prev.uid != p.uid || prev.generation != p.generation || prev.policy != p.policy ||
 		!maps.EqualFunc(prev.credentials, p.credentials, bytes.Equal) || !sameInstanceTLS(prev.instanceTLS, p.instanceTLS) {
 		return sortedKeys(members)
 	}
