@@ -428,15 +428,7 @@ func testForcedFailoverReachable(t *testing.T, e *env, sim *cnpgSim) {
 	g := NewWithT(t)
 	ns := e.namespace("topo-failover-reachable")
 	members := []string{"m1", "m2", "m3"}
-	db := newTopologyDB(ns, "parts", "m1", members...)
-	// Fence waits for m1's demotion, which waits for the writes held below.
-	db.Spec.Topology.StepTimeout = &metav1.Duration{Duration: time.Minute}
-	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
-	e.expectStable(g, ns, "parts", "m1", members...)
-	w := &primaryWatch{e: e, sim: sim, ns: ns, name: "parts"}
-	ctx, cancel := context.WithCancel(e.ctx)
-	defer cancel()
-	go w.run(ctx)
+	w := e.failoverDB(t, g, sim, ns, "parts", members...)
 
 	// m1 is reachable (its reads and probes pass) but its writes hang: it
 	// cannot be demoted yet, so m2 is not promoted.
@@ -464,13 +456,7 @@ func testForcedFailoverReachable(t *testing.T, e *env, sim *cnpgSim) {
 	// m1 takes the demotion; once it reports it, m2 is promoted.
 	e.writes.Hang("m1", false)
 	released = true
-	db = e.expectStable(g, ns, "parts", "m2", members...)
-	last := db.Status.Topology.LastSwitchover
-	g.Expect(last.Kind).To(Equal(fleetv1alpha1.SwitchoverForced))
-	g.Expect(last.Outcome).To(Equal("Succeeded"))
-	g.Expect(db.Status.Topology.Fenced).To(BeEmpty(), "m1 was demoted before m2's promotion: it follows m2")
-	n, seen := w.most()
-	g.Expect(n).To(Equal(1), "members written or acting as primary at once: %v", seen)
+	e.expectFailedOverToM2(g, w, ns, "parts", members...)
 }
 
 // testDurabilityThreeMembers (issue 36, item 2): with "ANY 1" of two
@@ -510,6 +496,33 @@ func testDurabilityThreeMembers(t *testing.T, e *env) {
 	e.expectStable(g, ns, "quorum", "m1", members...)
 }
 
+// failoverDB creates a PrimaryStandby Database with primary m1 and a
+// minute per step (a forced promotion's Fence waits in these tests), waits
+// for it to be stable and watches it for two primaries at once.
+func (e *env) failoverDB(t *testing.T, g Gomega, sim *cnpgSim, ns, name string, members ...string) *primaryWatch {
+	db := newTopologyDB(ns, name, "m1", members...)
+	db.Spec.Topology.StepTimeout = &metav1.Duration{Duration: time.Minute}
+	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
+	e.expectStable(g, ns, name, "m1", members...)
+	w := &primaryWatch{e: e, sim: sim, ns: ns, name: name}
+	ctx, cancel := context.WithCancel(e.ctx)
+	t.Cleanup(cancel)
+	go w.run(ctx)
+	return w
+}
+
+// expectFailedOverToM2: the forced promotion to m2 succeeded with m1
+// demoted first (not fenced), and never two primaries at once.
+func (e *env) expectFailedOverToM2(g Gomega, w *primaryWatch, ns, name string, members ...string) {
+	db := e.expectStable(g, ns, name, "m2", members...)
+	last := db.Status.Topology.LastSwitchover
+	g.Expect(last.Kind).To(Equal(fleetv1alpha1.SwitchoverForced))
+	g.Expect(last.Outcome).To(Equal("Succeeded"))
+	g.Expect(db.Status.Topology.Fenced).To(BeEmpty(), "m1 was demoted before m2's promotion: it follows m2")
+	n, seen := w.most()
+	g.Expect(n).To(Equal(1), "members written or acting as primary at once: %v", seen)
+}
+
 // testForcedFailoverUnread (issue 36, item 1): the old primary's member is
 // reachable, but its CloudNativePG cannot read the instance, which keeps
 // running as a primary; CloudNativePG reports it isPrimary false with
@@ -521,14 +534,7 @@ func testForcedFailoverUnread(t *testing.T, e *env, sim *cnpgSim) {
 	g := NewWithT(t)
 	ns := e.namespace("topo-failover-unread")
 	members := []string{"m1", "m2", "m3"}
-	db := newTopologyDB(ns, "lines", "m1", members...)
-	db.Spec.Topology.StepTimeout = &metav1.Duration{Duration: time.Minute}
-	g.Expect(e.hub.Create(e.ctx, db)).To(Succeed())
-	e.expectStable(g, ns, "lines", "m1", members...)
-	w := &primaryWatch{e: e, sim: sim, ns: ns, name: "lines"}
-	ctx, cancel := context.WithCancel(e.ctx)
-	defer cancel()
-	go w.run(ctx)
+	w := e.failoverDB(t, g, sim, ns, "lines", members...)
 
 	sim.setBlind("m1", true)
 	blind := true
@@ -554,13 +560,7 @@ func testForcedFailoverUnread(t *testing.T, e *env, sim *cnpgSim) {
 
 	sim.setBlind("m1", false)
 	blind = false
-	db = e.expectStable(g, ns, "lines", "m2", members...)
-	last := db.Status.Topology.LastSwitchover
-	g.Expect(last.Kind).To(Equal(fleetv1alpha1.SwitchoverForced))
-	g.Expect(last.Outcome).To(Equal("Succeeded"))
-	g.Expect(db.Status.Topology.Fenced).To(BeEmpty(), "m1 was demoted before m2's promotion: it follows m2")
-	n, seen := w.most()
-	g.Expect(n).To(Equal(1), "members written or acting as primary at once: %v", seen)
+	e.expectFailedOverToM2(g, w, ns, "lines", members...)
 }
 
 // testSwitchoverBeforeRestartpoint: a standby reports the timeline of its
