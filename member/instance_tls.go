@@ -1,6 +1,9 @@
 package member
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+
 	corev1 "k8s.io/api/core/v1"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
@@ -22,6 +25,13 @@ type InstanceCertificates struct {
 	// ServerCert and ServerKey are the instances' server certificate (for
 	// InstanceDNSNames) and its private key.
 	ServerCert, ServerKey []byte
+}
+
+// Fingerprint is the SHA-256 (hex) of the server certificate: what a
+// sharded hub's placement names (DatabasePlacementSpec.InstanceCertificate).
+func (c *InstanceCertificates) Fingerprint() string {
+	sum := sha256.Sum256(c.ServerCert)
+	return hex.EncodeToString(sum[:])
 }
 
 // complete reports whether every PEM block is there.

@@ -58,6 +58,13 @@ type DatabasePlacementSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	Traceparent string `json:"traceparent,omitempty"`
+	// InstanceCertificate is the SHA-256 (hex) of the server certificate the
+	// instances serve (a StatefulSet-backend postgres Database): the owner
+	// renders the certificate of the Database's hub Secret only when it is
+	// this one, and a renewal changes the placement, which wakes the owner.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	InstanceCertificate string `json:"instanceCertificate,omitempty"`
 }
 
 // DatabasePlacementStatus is what the member's owner last observed, written

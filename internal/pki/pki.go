@@ -303,6 +303,15 @@ func IssueInstance(db *fleetv1alpha1.Database, old map[string][]byte, now time.T
 	return data, set, nil
 }
 
+// InstanceCertificatesOf returns what the members get from the data of a
+// Database's instance PKI Secret (IssueInstance's), issuing nothing: a
+// sharded hub's member owner renders the certificate the leader issued.
+// ok is false while a part is missing.
+func InstanceCertificatesOf(data map[string][]byte) (member.InstanceCertificates, bool) {
+	c := member.InstanceCertificates{CACert: data[pkiCACert], ServerCert: data[pkiInstanceCrt], ServerKey: data[pkiInstanceKey]}
+	return c, len(c.CACert) > 0 && len(c.ServerCert) > 0 && len(c.ServerKey) > 0
+}
+
 // IssueInstanceCertificates returns the certificates a new StatefulSet-backend
 // Database's members get, keeping nothing: for tests that put them in front
 // of a real PostgreSQL.

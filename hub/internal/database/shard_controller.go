@@ -25,6 +25,7 @@ import (
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/clusters"
+	"github.com/fleetdb/fleetdb/hub/internal/hubsecret"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
 	"github.com/fleetdb/fleetdb/hub/internal/sharding"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
@@ -251,6 +252,9 @@ func (r *memberSyncReconciler) shardedSync(ctx context.Context, req mcreconcile.
 				return ctrl.Result{}, err
 			}
 			p.credentials = creds
+			if p.instanceTLS, err = r.remoteInstanceTLS(ctx, key, p); err != nil {
+				return ctrl.Result{}, err
+			}
 		}
 	}
 	out := r.syncPlan(ctx, cluster, key, p)
@@ -293,6 +297,20 @@ func (r *memberSyncReconciler) remoteCredentials(ctx context.Context, key client
 		return nil, fmt.Errorf("credentials secret %s is not controlled by the Database yet", name.Name)
 	}
 	return s.Data, nil
+}
+
+// remoteInstanceTLS reads the instance certificates a placement names from
+// the Database's hub Secret (nil when it names none: no StatefulSet-backend
+// postgres, or the leader has not issued them yet, which the render refuses).
+func (r *memberSyncReconciler) remoteInstanceTLS(ctx context.Context, key client.ObjectKey, p *plan) (*member.InstanceCertificates, error) {
+	if p.instanceCertificate == "" {
+		return nil, nil
+	}
+	certs, err := hubsecret.InstanceCertificates(ctx, r.hub, r.hubLive, key, p.uid, p.instanceCertificate)
+	if err != nil {
+		return nil, err
+	}
+	return &certs, nil
 }
 
 // NewMCManager is the multicluster manager: as before without sharding;

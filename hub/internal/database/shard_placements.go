@@ -60,7 +60,7 @@ func (s *shardRuntime) plan(key types.NamespacedName, cluster string) (*plan, bo
 	}
 	sp := e.spec
 	p := &plan{uid: types.UID(sp.Database.UID), generation: sp.Generation, policy: sp.DeletionPolicy, traceparent: sp.Traceparent,
-		allowed: map[string]bool{}, targets: map[string]bool{}, teardown: map[string]bool{}}
+		instanceCertificate: sp.InstanceCertificate, allowed: map[string]bool{}, targets: map[string]bool{}, teardown: map[string]bool{}}
 	switch sp.Role {
 	case fleetv1alpha1.PlacementRoleApply:
 		p.allowed[cluster], p.targets[cluster] = true, true
@@ -99,6 +99,10 @@ func (s *shardRuntime) owned(cluster string) {
 // desiredSpecs are the placements of a plan, by member.
 func desiredSpecs(key types.NamespacedName, p *plan) map[string]fleetv1alpha1.DatabasePlacementSpec {
 	out := map[string]fleetv1alpha1.DatabasePlacementSpec{}
+	var instanceCert string
+	if p.instanceTLS != nil {
+		instanceCert = p.instanceTLS.Fingerprint()
+	}
 	for _, m := range []map[string]bool{p.targets, p.teardown} {
 		for cluster := range m {
 			role := fleetv1alpha1.PlacementRoleHold
@@ -112,7 +116,7 @@ func desiredSpecs(key types.NamespacedName, p *plan) map[string]fleetv1alpha1.Da
 				Database: fleetv1alpha1.DatabaseRef{Namespace: key.Namespace, Name: key.Name, UID: string(p.uid)},
 				Cluster:  cluster, Role: role, Generation: p.generation, DeletionPolicy: p.policy,
 				FinalBackup: p.finalBackup != nil && p.finalBackup.policy != fleetv1alpha1.FinalBackupSkip,
-				Traceparent: p.traceparent,
+				Traceparent: p.traceparent, InstanceCertificate: instanceCert,
 			}
 		}
 	}

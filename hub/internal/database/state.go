@@ -57,6 +57,10 @@ type plan struct {
 	// instanceTLS are the certificates of a postgres Database's instances on
 	// the StatefulSet backend, the same for every member; nil otherwise.
 	instanceTLS *member.InstanceCertificates
+	// instanceCertificate is, in a plan read from a sharded hub's placement,
+	// the fingerprint of the instance certificate the leader's plan has
+	// (the owner reads it from the hub Secret: remoteInstanceTLS).
+	instanceCertificate string
 	// absentSecrets are the members where the credential recovery of this
 	// reconcile found no credentials Secret (nil: none known); the first
 	// member sync of each takes that answer instead of reading again.

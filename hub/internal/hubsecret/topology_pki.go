@@ -10,10 +10,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/internal/pki"
+	"github.com/fleetdb/fleetdb/member"
 )
 
 // topologyPKIName is the hub Secret with the Database's CA (certificate and
@@ -46,7 +48,7 @@ func EnsureTopologyPKI(ctx context.Context, c client.Client, live client.Reader,
 // instancePKIName is the hub Secret with a StatefulSet-backend postgres
 // Database's instance CA (certificate and private key) and the server
 // certificate it issued. Only the hub reads it.
-func instancePKIName(db *fleetv1alpha1.Database) string { return db.Name + "-instance-pki" }
+func instancePKIName(database string) string { return database + "-instance-pki" }
 
 // EnsureInstancePKI keeps a StatefulSet-backend postgres Database's instance
 // PKI in its hub Secret (owned by the Database) and returns what every
@@ -59,12 +61,44 @@ func instancePKIName(db *fleetv1alpha1.Database) string { return db.Name + "-ins
 func EnsureInstancePKI(ctx context.Context, c client.Client, live client.Reader, db *fleetv1alpha1.Database,
 	now time.Time) (pki.InstanceSet, error) {
 	var set pki.InstanceSet
-	err := ensurePKI(ctx, c, live, db, instancePKIName(db), "instance", func(old map[string][]byte) (map[string][]byte, error) {
+	err := ensurePKI(ctx, c, live, db, instancePKIName(db.Name), "instance", func(old map[string][]byte) (map[string][]byte, error) {
 		data, s, err := pki.IssueInstance(db, old, now)
 		set = s
 		return data, err
 	})
 	return set, err
+}
+
+// InstanceCertificates reads, for a sharded hub's member owner, the
+// instance certificates the leader issued for the Database named by key
+// (uid): only from the hub Secret that Database controls, and only the
+// certificate whose fingerprint the leader's placement names (the cache may
+// still hold the one before a renewal: then the live object is read).
+func InstanceCertificates(ctx context.Context, c client.Client, live client.Reader, key client.ObjectKey, uid types.UID,
+	fingerprint string) (member.InstanceCertificates, error) {
+	name := client.ObjectKey{Namespace: key.Namespace, Name: instancePKIName(key.Name)}
+	certs, err := instanceCertificatesIn(ctx, c, name, uid, fingerprint)
+	if err != nil {
+		certs, err = instanceCertificatesIn(ctx, live, name, uid, fingerprint)
+	}
+	return certs, err
+}
+
+// instanceCertificatesIn is InstanceCertificates from one reader.
+func instanceCertificatesIn(ctx context.Context, r client.Reader, name client.ObjectKey, uid types.UID,
+	fingerprint string) (member.InstanceCertificates, error) {
+	var s corev1.Secret
+	if err := r.Get(ctx, name, &s); err != nil {
+		return member.InstanceCertificates{}, fmt.Errorf("reading the instance PKI secret: %w", err)
+	}
+	if owner := metav1.GetControllerOf(&s); owner == nil || owner.UID != uid {
+		return member.InstanceCertificates{}, fmt.Errorf("instance PKI secret %s is not controlled by the Database", name.Name)
+	}
+	certs, ok := pki.InstanceCertificatesOf(s.Data)
+	if !ok || certs.Fingerprint() != fingerprint {
+		return member.InstanceCertificates{}, fmt.Errorf("instance PKI secret %s does not hold the certificate the plan names yet", name.Name)
+	}
+	return certs, nil
 }
 
 // ensurePKI creates or renews the hub Secret name of db with the data issue
