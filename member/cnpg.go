@@ -163,6 +163,9 @@ func (r renderer) cnpgCluster() *unstructured.Unstructured {
 	}
 	meta := r.meta(r.db.Name)
 	meta.Annotations[fleetv1alpha1.AnnotationGeneration] = strconv.FormatInt(r.db.Generation, 10)
+	if r.p.Topology != nil && r.p.Topology.ReportRequest != "" {
+		meta.Annotations[fleetv1alpha1.AnnotationReportRequest] = r.p.Topology.ReportRequest
+	}
 	u := NewCNPGCluster()
 	u.SetName(meta.Name)
 	u.SetNamespace(meta.Namespace)

@@ -39,6 +39,11 @@ type Topology struct {
 	// Cluster uses for replication between the members, issued by the hub
 	// from one CA per Database. The CA's private key is never here.
 	Certificates TopologyCertificates
+	// ReportRequest, when not empty, is rendered as the Cluster's
+	// fleetdb.io/report-request annotation: the hub waits on a report
+	// CloudNativePG publishes only when it reconciles the Cluster, and a new
+	// value makes it reconcile (fleetv1alpha1.AnnotationReportRequest).
+	ReportRequest string
 }
 
 // TopologyCertificates are the PEM data Render writes into the member's

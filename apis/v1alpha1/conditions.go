@@ -44,6 +44,13 @@ const (
 
 	// AnnotationGeneration records the hub generation that last wrote a member object.
 	AnnotationGeneration = "fleetdb.io/generation"
+	// AnnotationReportRequest is set on a member's CloudNativePG Cluster
+	// while the hub waits on a report of it that CloudNativePG publishes only
+	// when it reconciles the Cluster (an instance's timeline after a
+	// restartpoint, an instance it could not read): a changed value is a
+	// Cluster update, which makes the operator reconcile it (see
+	// docs/cloudnativepg.md). The value means nothing beyond changing.
+	AnnotationReportRequest = "fleetdb.io/report-request"
 	// AnnotationTraceparent records the W3C traceparent of the change that last wrote a member object.
 	AnnotationTraceparent = "fleetdb.io/traceparent"
 	// AnnotationAppliedHash records, on every member object fleetdb applies,

@@ -63,7 +63,17 @@ import (
 // docs/realnodes.md). Here a standby makes its restartpoint restartpoint
 // after it began to replay a new timeline, unless its member's restartpoints
 // are held (holdRestartpoints); a promoted primary reports its new timeline
-// at once (as the real nodes showed). A Cluster's demotion token is
+// at once (as the real nodes showed). And a restartpoint is published only
+// when the operator reconciles the Cluster, as CloudNativePG does: a healthy
+// Cluster is reconciled only when something it watches changes
+// (ClusterReconciler.SetupWithManager, internal/controller/
+// cluster_controller.go, v1.30.0: For(&apiv1.Cluster{}) with no predicate,
+// no SyncPeriod), so the sim reconciles a Cluster when it changed since it
+// last looked (any write: the hub's, or its own status write, whose watch
+// event makes the operator reconcile once more) or while a demotion is
+// pending (the operator requeues itself every second during a switch).
+// Nothing else makes it publish a restartpoint: the hub must ask
+// (fleetdb.io/report-request). A Cluster's demotion token is
 // CloudNativePG's: base64 of the demoted primary's pg_controldata as JSON
 // (PgControldataTokenContent in pkg/utils/parser.go, generateDemotionToken in
 // pkg/reconciler/replicaclusterswitch/shutdown_wal.go, v1.30.0), with the
@@ -94,9 +104,14 @@ type cnpgSim struct {
 	lsn              int64                // the simulated WAL position, for the demotion tokens
 	diverged         map[string]bool      // member/ns/name -> cannot follow a new timeline
 	uids             map[string]types.UID // member/ns/name -> the Cluster it plays
-	systemIDs        map[string]string    // ns/name -> the Database's system identifier
-	frozen           map[string]bool
-	unhealthy        map[string]bool
+	// seen is the resourceVersion of each Cluster (member/ns/name) when the
+	// sim last looked: a new one is a reconcile.
+	seen map[string]string
+	// reconciles counts the reconciles of each Cluster (member/ns/name).
+	reconciles map[string]int
+	systemIDs  map[string]string // ns/name -> the Database's system identifier
+	frozen     map[string]bool
+	unhealthy  map[string]bool
 	// blind: members whose operator cannot read its instances (a cut
 	// between the operator and the pods, PostgreSQL still running).
 	blind map[string]bool
@@ -115,7 +130,7 @@ func newCNPGSim(e *env, delay time.Duration) *cnpgSim {
 	return &cnpgSim{e: e, delay: delay, acting: map[string]bool{}, demoteAt: map[string]time.Time{},
 		tokens: map[string]bool{}, timeline: map[string]int64{}, reported: map[string]int64{}, replayed: map[string]time.Time{},
 		restartpoint: 2 * time.Second, holdRestartpoint: map[string]bool{}, diverged: map[string]bool{}, uids: map[string]types.UID{},
-		systemIDs: map[string]string{}, frozen: map[string]bool{}, unhealthy: map[string]bool{}, blind: map[string]bool{},
+		systemIDs: map[string]string{}, seen: map[string]string{}, reconciles: map[string]int{}, frozen: map[string]bool{}, unhealthy: map[string]bool{}, blind: map[string]bool{},
 		holdDemotion: map[string]bool{}, used: map[string]bool{}, unrecoverable: map[string]bool{}}
 }
 
@@ -140,6 +155,13 @@ func (s *cnpgSim) reportedTimeline(m, ns, name string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.reported[m+"/"+ns+"/"+name]
+}
+
+// reconcileCount is how often m's operator reconciled its Cluster for ns/name.
+func (s *cnpgSim) reconcileCount(m, ns, name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reconciles[m+"/"+ns+"/"+name]
 }
 
 // unrecoverableClusters are the Clusters (member/namespace/name) that went
@@ -233,7 +255,15 @@ func (s *cnpgSim) step(ctx context.Context, m string, c client.Client, u *unstru
 		status = map[string]any{}
 	}
 	key := m + "/" + u.GetNamespace() + "/" + u.GetName()
-	next := s.transition(m, u, self, primary, token, status)
+	s.mu.Lock()
+	_, demoting := s.demoteAt[key]
+	reconciled := s.seen[key] != u.GetResourceVersion() || demoting
+	s.seen[key] = u.GetResourceVersion()
+	if reconciled {
+		s.reconciles[key]++
+	}
+	s.mu.Unlock()
+	next := s.transition(m, u, self, primary, token, status, reconciled)
 	s.mu.Lock()
 	healthy := !s.unhealthy[m]
 	unrecoverable := s.unrecoverable[key]
@@ -247,7 +277,7 @@ func (s *cnpgSim) step(ctx context.Context, m string, c client.Client, u *unstru
 }
 
 // transition is CloudNativePG's replica switch, on a copy of status.
-func (s *cnpgSim) transition(m string, u *unstructured.Unstructured, self, primary, token string, status map[string]any) map[string]any {
+func (s *cnpgSim) transition(m string, u *unstructured.Unstructured, self, primary, token string, status map[string]any, reconciled bool) map[string]any {
 	next := map[string]any{}
 	for k, v := range status {
 		next[k] = v
@@ -259,7 +289,7 @@ func (s *cnpgSim) transition(m string, u *unstructured.Unstructured, self, prima
 	key := m + "/" + db
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	defer s.report(key, db, u.GetName(), primary, next)
+	defer s.report(key, db, u.GetName(), primary, next, reconciled)
 	if s.uids[key] != u.GetUID() {
 		// A new Cluster: bootstrapped with initdb (the primary) or cloned
 		// from the primary with pg_basebackup.
@@ -354,8 +384,9 @@ func (s *cnpgSim) demotionToken(key, db string) string {
 
 // report puts into next what CloudNativePG's status says of the instance
 // (see cnpgSim): a standby follows its primary's timeline at once and
-// reports it from its next restartpoint.
-func (s *cnpgSim) report(key, db, name, primary string, next map[string]any) {
+// reports it from its next restartpoint, in the operator's first reconcile
+// after it.
+func (s *cnpgSim) report(key, db, name, primary string, next map[string]any, reconciled bool) {
 	acting := s.acting[key]
 	if up := s.timeline[primary+"/"+db]; !acting && !s.diverged[key] && up > s.timeline[key] {
 		s.timeline[key] = up
@@ -364,7 +395,7 @@ func (s *cnpgSim) report(key, db, name, primary string, next map[string]any) {
 		delete(s.replayed, key)
 	} else if at, ok := s.replayed[key]; !ok {
 		s.replayed[key] = time.Now()
-	} else if m, _, _ := strings.Cut(key, "/"); !s.holdRestartpoint[m] && time.Since(at) >= s.restartpoint {
+	} else if m, _, _ := strings.Cut(key, "/"); reconciled && !s.holdRestartpoint[m] && time.Since(at) >= s.restartpoint {
 		s.reported[key] = s.timeline[key] // the restartpoint
 		delete(s.replayed, key)
 	}

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -569,7 +570,11 @@ func testForcedFailoverUnread(t *testing.T, e *env, sim *cnpgSim) {
 // to the former primary that a switchover demoted cleanly goes through
 // (CheckTarget's demotion token rule, docs/topology.md); a target that never
 // was the primary waits at CheckTarget until its restartpoint shows it on
-// the primary's timeline, and then goes through.
+// the primary's timeline, and then goes through. CloudNativePG publishes
+// that restartpoint only when it reconciles the Cluster, which nothing else
+// makes it do (the simulator plays that, see cnpgSim): the hub asks for it
+// with the fleetdb.io/report-request annotation while it waits, and stops
+// asking once it no longer waits.
 func testSwitchoverBeforeRestartpoint(t *testing.T, e *env, sim *cnpgSim) {
 	g := NewWithT(t)
 	ns := e.namespace("topo-restartpoint")
@@ -618,11 +623,41 @@ func testSwitchoverBeforeRestartpoint(t *testing.T, e *env, sim *cnpgSim) {
 		g.Expect(p).To(Equal("m1"), "%s: nothing was changed", m)
 		g.Expect(tok).To(BeEmpty())
 	}
+	g.Expect(e.reportRequest(g, "m3", ns, "carts")).NotTo(BeEmpty(), "the hub asks m3's operator for a report while it waits on it")
 	sim.holdRestartpoints("m3", false)
 	db = e.expectStable(g, ns, "carts", "m3", members...)
 	last := db.Status.Topology.LastSwitchover
 	g.Expect(last.From).To(Equal("m1"))
 	g.Expect(last.Outcome).To(Equal("Succeeded"))
+
+	// At rest nothing is asked: the request is gone from every Cluster, and
+	// no operator is made to reconcile.
+	g.Eventually(func(g Gomega) {
+		for _, m := range members {
+			g.Expect(e.reportRequest(g, m, ns, "carts")).To(BeEmpty(), m)
+		}
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	reconciles := func() []int {
+		var out []int
+		for _, m := range members {
+			out = append(out, sim.reconcileCount(m, ns, "carts"))
+		}
+		return out
+	}
+	g.Eventually(func() bool { // past the last status writes' own reconciles
+		before := reconciles()
+		time.Sleep(time.Second)
+		return slices.Equal(before, reconciles())
+	}).WithTimeout(eventually).Should(BeTrue())
+	g.Consistently(reconciles).WithTimeout(12*time.Second).WithPolling(time.Second).Should(Equal(reconciles()),
+		"no report is asked at rest (the first request interval is 10 s)")
+}
+
+// reportRequest is the fleetdb.io/report-request annotation of m's Cluster.
+func (e *env) reportRequest(g Gomega, m, ns, name string) string {
+	u := member.NewCNPGCluster()
+	g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, u)).To(Succeed())
+	return u.GetAnnotations()[fleetv1alpha1.AnnotationReportRequest]
 }
 
 // settleWritesTo waits until the hub has sent no write to member m for two

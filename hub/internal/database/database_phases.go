@@ -94,7 +94,7 @@ func (r *databaseReconciler) reconcileRollout(ctx context.Context, s *databaseSc
 		finalBackup:   newFinalBackupPlan(s.db, s.db.TeardownPolicy(), s.teardown),
 		topology:      s.topology,
 		instanceTLS:   s.instanceTLS,
-		roles:         topologyRoles(s.db, s.placement.Targets),
+		roles:         topologyRoles(s.db, s.placement.Targets, s.topology),
 	})
 	return ctrl.Result{}, nil
 }

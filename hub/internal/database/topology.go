@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -73,7 +74,15 @@ func (r *databaseReconciler) reconcileTopology(ctx context.Context, s *databaseS
 		r.recorder.Eventf(s.db, nil, kind, e.Reason, "Topology", "%s", e.Message)
 	}
 	r.switchoverSpans(ctx, s.db, pass)
-	return ctrl.Result{RequeueAfter: pass.Requeue}, nil
+	requeue := pass.Requeue
+	for m, since := range pass.Awaited {
+		if w := s.topology[m]; w != nil {
+			var next time.Duration
+			w.ReportRequest, next = topology.ReportRequest(since, r.now())
+			requeue = minPositive(requeue, next)
+		}
+	}
+	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
 // newTraceID is a random trace id for a switchover's trace.

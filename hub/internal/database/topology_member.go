@@ -17,13 +17,17 @@ import (
 // what the Cluster says back to the topology phase.
 
 // topologyRoles fingerprints every placed member's rendered role (see plan.roles).
-func topologyRoles(db *fleetv1alpha1.Database, targets []string) map[string]string {
+func topologyRoles(db *fleetv1alpha1.Database, targets []string, wiring map[string]*member.Topology) map[string]string {
 	if db.TopologyMode() != fleetv1alpha1.TopologyPrimaryStandby {
 		return nil
 	}
 	out := make(map[string]string, len(targets))
 	for _, m := range targets {
 		out[m] = topology.RoleKey(db, m)
+		if w := wiring[m]; w != nil && w.ReportRequest != "" {
+			// A new report request is rendered at once (topology.ReportRequest).
+			out[m] += "/report:" + w.ReportRequest
+		}
 	}
 	return out
 }

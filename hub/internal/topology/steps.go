@@ -136,7 +136,10 @@ func (t *Pass) checkTarget(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
 		return false, "waiting for " + sw.To + " to be a healthy standby of " + sw.From
 	case !to.StreamsFrom(from) && !t.demotedCleanly(sw.To, to, from):
 		// Healthy is pg_isready; promoting a standby that does not stream
-		// from the primary loses what it did not receive.
+		// from the primary loses what it did not receive. A standby that
+		// does reports the primary's timeline only from its next
+		// restartpoint, which its operator publishes when it reconciles.
+		t.await(sw.To, sw.Started.Time)
 		return false, "waiting for " + sw.To + " to stream from " + sw.From + ": " + streamGap(sw.To, to, sw.From, from)
 	}
 	sw.IgnoredDemotionToken = from.DemotionToken
@@ -219,6 +222,7 @@ func (t *Pass) fenced(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
 	case from.SwitchInProgress || from.RunsPrimary:
 		return false, sw.From + " is reachable and still runs a primary instance: waiting for its demotion before promoting " + sw.To
 	case !from.NoPrimaryProven():
+		t.await(sw.From, sw.StepStarted.Time)
 		return false, sw.From + " is reachable but its CloudNativePG could not read instance " + strings.Join(from.UnreadInstances, ", ") +
 			", which may still run a primary: waiting for a report of every instance before promoting " + sw.To +
 			" (to promote without it, cut " + sw.From + " off from the hub)"
@@ -263,6 +267,15 @@ func (t *Pass) repointed(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
 	return true, ""
 }
 
+// fencedSince is when the forced promotion that fenced the members ended
+// (the zero time when the status does not say: the slowest requests).
+func (t *Pass) fencedSince() time.Time {
+	if last := t.Status.LastSwitchover; last != nil && last.Finished != nil {
+		return last.Finished.Time
+	}
+	return time.Time{}
+}
+
 // releaseFenced lets a fenced old primary go once it reports itself a
 // healthy standby of the primary that streams from it (same system
 // identifier and timeline: a former primary that diverged cannot follow the
@@ -274,8 +287,13 @@ func (t *Pass) releaseFenced() {
 			return false
 		}
 		v, pv := t.in.Views[m], t.in.Views[t.Status.PrimaryCluster]
-		if v.Unreachable || v.Replication == nil || v.Replication.Primary != t.Status.PrimaryCluster || !v.Replication.Healthy ||
-			!v.Replication.StreamsFrom(pv.Replication) {
+		if v.Unreachable || v.Replication == nil || v.Replication.Primary != t.Status.PrimaryCluster || !v.Replication.Healthy {
+			return false
+		}
+		if !v.Replication.StreamsFrom(pv.Replication) {
+			// A standby of the new primary reports its timeline from its
+			// next restartpoint (see ReportRequest).
+			t.await(m, t.fencedSince())
 			return false
 		}
 		t.event(false, fleetv1alpha1.ReasonFenced, "%s, fenced by a forced promotion, is back as a healthy standby of %s", m, t.Status.PrimaryCluster)

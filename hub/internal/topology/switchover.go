@@ -74,6 +74,10 @@ type Pass struct {
 	Events   []topologyEvent
 	Finished []FinishedStep
 	Requeue  time.Duration
+	// Awaited are the members whose report the pass waits on that
+	// CloudNativePG publishes only when it reconciles their Cluster, with
+	// when the wait began (see ReportRequest).
+	Awaited map[string]time.Time
 	// condition of TopologyStable.
 	condStatus      metav1.ConditionStatus
 	CondReason, Msg string
