@@ -161,6 +161,14 @@ func (r renderer) cnpgCluster() *unstructured.Unstructured {
 	if r.p.Topology != nil {
 		r.wireTopology(spec)
 	}
+	if r.p.NodeMaintenance {
+		// CloudNativePG drops the Cluster's PodDisruptionBudgets in a
+		// maintenance window that reuses the volumes, the primary's too
+		// when there is one instance (reconcilePodDisruptionBudget in
+		// internal/controller/cluster_create.go, v1.30.0). reusePVC is
+		// always true: an evicted instance waits for its own volume.
+		spec["nodeMaintenanceWindow"] = map[string]any{"inProgress": true, "reusePVC": true}
+	}
 	meta := r.meta(r.db.Name)
 	meta.Annotations[fleetv1alpha1.AnnotationGeneration] = strconv.FormatInt(r.db.Generation, 10)
 	if r.p.Topology != nil && r.p.Topology.ReportRequest != "" {

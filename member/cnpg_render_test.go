@@ -154,3 +154,20 @@ func TestRenderCNPGImmutableImageTags(t *testing.T) {
 		NewWithT(t).Expect(err).To(MatchError(ContainSubstring("set spec.version to a major.minor release")))
 	})
 }
+
+// A member in node maintenance renders the Cluster with a maintenance window
+// that reuses the volumes (CloudNativePG then drops its disruption budgets);
+// otherwise there is none.
+func TestRenderCNPGNodeMaintenance(t *testing.T) {
+	g := NewWithT(t)
+	for _, on := range []bool{false, true} {
+		c := render(t, member.Params{Database: cnpgTestDatabase(), Cluster: "eu-1", Credentials: testCredentials(), NodeMaintenance: on}).cluster()
+		w, found, err := unstructured.NestedMap(c.Object, "spec", "nodeMaintenanceWindow")
+		g.Expect(err).NotTo(HaveOccurred())
+		if !on {
+			g.Expect(found).To(BeFalse())
+			continue
+		}
+		g.Expect(w).To(Equal(map[string]any{"inProgress": true, "reusePVC": true}))
+	}
+}

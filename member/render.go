@@ -47,6 +47,10 @@ type Params struct {
 	// server without TLS (the hub always gives them: its rotation Job
 	// refuses a server without).
 	InstanceTLS *InstanceCertificates
+	// NodeMaintenance renders a CloudNativePG Cluster with
+	// nodeMaintenanceWindow {inProgress: true, reusePVC: true}: the
+	// member's MemberCluster spec.nodeMaintenance.inProgress.
+	NodeMaintenance bool
 }
 
 // CredentialsSecretName is the Secret with a Database's credentials: the

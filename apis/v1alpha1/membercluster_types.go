@@ -75,6 +75,31 @@ type MemberClusterSpec struct {
 	// WaitingForReplicationEndpoint) until it is set.
 	// +optional
 	Replication *ReplicationEndpoint `json:"replication,omitempty"`
+	// NodeMaintenance lets node drains through in this member while the
+	// platform team maintains its nodes. A CloudNativePG Cluster of one
+	// instance has a PodDisruptionBudget that blocks every drain of its
+	// node; with nodeMaintenance.inProgress the hub renders every
+	// CloudNativePG Cluster in this member with
+	// nodeMaintenanceWindow {inProgress: true, reusePVC: true}, so
+	// CloudNativePG drops those budgets (a single instance's too) and an
+	// evicted instance comes back on its own volume when it can be
+	// scheduled again. Never reusePVC false: that would let CloudNativePG
+	// replace a volume. The instance is down while its node is drained;
+	// no data is moved or deleted. Set it back to false when done.
+	// +optional
+	NodeMaintenance *NodeMaintenance `json:"nodeMaintenance,omitempty"`
+}
+
+// NodeMaintenance is a member's node maintenance switch.
+type NodeMaintenance struct {
+	// InProgress lets node drains through (see MemberClusterSpec.NodeMaintenance).
+	// +optional
+	InProgress bool `json:"inProgress,omitempty"`
+}
+
+// NodeMaintenanceInProgress reports whether the member's node maintenance is on.
+func (m *MemberCluster) NodeMaintenanceInProgress() bool {
+	return m.Spec.NodeMaintenance != nil && m.Spec.NodeMaintenance.InProgress
 }
 
 // ReplicationEndpoint is the address at which other members reach the

@@ -65,6 +65,10 @@ type DatabasePlacementSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	InstanceCertificate string `json:"instanceCertificate,omitempty"`
+	// NodeMaintenance is the member's MemberCluster spec.nodeMaintenance.inProgress
+	// as the leader read it.
+	// +optional
+	NodeMaintenance bool `json:"nodeMaintenance,omitempty"`
 }
 
 // DatabasePlacementStatus is what the member's owner last observed, written

@@ -55,6 +55,30 @@ func testCNPG(t *testing.T, e *env) {
 	g.Eventually(func() int64 { return clusterInstances(e, "m1", ns, "books") }).WithTimeout(eventually).WithPolling(poll).Should(BeEquivalentTo(2))
 	g.Eventually(e.eventSeen(ns, "DriftCorrected", "m1")).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
+	// Node maintenance in m1 (MemberCluster spec.nodeMaintenance): its
+	// Cluster gets a maintenance window that reuses the volumes, m2's none;
+	// switched off, the window goes.
+	window := func(m string) any {
+		u := member.NewCNPGCluster()
+		g.Expect(e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "books"}, u)).To(Succeed())
+		w, _, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "nodeMaintenanceWindow")
+		return w
+	}
+	maintain := func(on bool) {
+		var mc fleetv1alpha1.MemberCluster
+		g.Expect(e.hub.Get(e.ctx, client.ObjectKey{Name: "m1"}, &mc)).To(Succeed())
+		patch := client.MergeFrom(mc.DeepCopy())
+		mc.Spec.NodeMaintenance = &fleetv1alpha1.NodeMaintenance{InProgress: on}
+		g.Expect(e.hub.Patch(e.ctx, &mc, patch)).To(Succeed())
+	}
+	maintain(true)
+	defer maintain(false)
+	g.Eventually(func() any { return window("m1") }).WithTimeout(eventually).WithPolling(poll).
+		Should(Equal(map[string]any{"inProgress": true, "reusePVC": true}))
+	g.Expect(window("m2")).To(BeNil(), "m2 is not in maintenance")
+	maintain(false)
+	g.Eventually(func() any { return window("m1") }).WithTimeout(eventually).WithPolling(poll).Should(BeNil())
+
 	// m3 serves no Cluster API: it says so, nothing is written there, the rest runs.
 	g.Expect(e.hub.Create(e.ctx, newCNPGDB(ns, "maps", "m1", "m3"))).To(Succeed())
 	g.Eventually(func(g Gomega) {

@@ -309,6 +309,14 @@ func memberAgentConfinement(t *testing.T, ctx context.Context, admin, agent clie
 			Should(MatchError(ContainSubstring("fleetdb-hub-agent-cnpg")), "a CloudNativePG Cluster with %s", what)
 		refused(agent.Create(ctx, c), "a CloudNativePG Cluster with "+what, "only as fleetdb renders them")
 	}
+	// A node maintenance window (MemberCluster spec.nodeMaintenance) only
+	// with reusePVC true: never one that lets CloudNativePG replace a volume.
+	maint := base.DeepCopy()
+	maint.SetName("maintained")
+	g.Expect(unstructured.SetNestedField(maint.Object, map[string]any{"inProgress": true, "reusePVC": true}, "spec", "nodeMaintenanceWindow")).To(Succeed())
+	g.Expect(agent.Create(ctx, maint.DeepCopy(), client.DryRunAll)).To(Succeed(), "a maintenance window that reuses the volumes")
+	g.Expect(unstructured.SetNestedField(maint.Object, false, "spec", "nodeMaintenanceWindow", "reusePVC")).To(Succeed())
+	refused(agent.Create(ctx, maint), "a maintenance window that does not reuse the volumes", "reusePVC true")
 	// An update keeps what an administrator added, and cannot change it.
 	var cur unstructured.Unstructured
 	cur.SetGroupVersionKind(cluster.GetObjectKind().GroupVersionKind())

@@ -82,19 +82,24 @@ func (r *databaseReconciler) reconcileRollout(ctx context.Context, s *databaseSc
 		prevAllowed = prev.allowed
 	}
 	s.allowed = planRollout(s.db, s.placement.Targets, s.results, prevAllowed, r.reachable)
+	maintenance, err := r.nodeMaintenance(ctx, s.db, s.placement.Targets)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	r.fanOut(ctx, s.key, &plan{
-		uid:           s.db.UID,
-		generation:    s.db.Generation,
-		policy:        s.db.TeardownPolicy(), // spec.teardown.onPlacementRemoval
-		allowed:       s.allowed,
-		targets:       s.targets,
-		teardown:      s.teardown,
-		credentials:   s.credentials,
-		absentSecrets: s.absentSecrets,
-		finalBackup:   newFinalBackupPlan(s.db, s.db.TeardownPolicy(), s.teardown),
-		topology:      s.topology,
-		instanceTLS:   s.instanceTLS,
-		roles:         topologyRoles(s.db, s.placement.Targets, s.topology),
+		uid:             s.db.UID,
+		generation:      s.db.Generation,
+		policy:          s.db.TeardownPolicy(), // spec.teardown.onPlacementRemoval
+		allowed:         s.allowed,
+		targets:         s.targets,
+		teardown:        s.teardown,
+		credentials:     s.credentials,
+		absentSecrets:   s.absentSecrets,
+		finalBackup:     newFinalBackupPlan(s.db, s.db.TeardownPolicy(), s.teardown),
+		topology:        s.topology,
+		instanceTLS:     s.instanceTLS,
+		roles:           topologyRoles(s.db, s.placement.Targets, s.topology),
+		nodeMaintenance: maintenance,
 	})
 	return ctrl.Result{}, nil
 }

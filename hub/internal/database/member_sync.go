@@ -576,6 +576,7 @@ func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c 
 		Traceparent:     p.traceparent,
 		Topology:        topology,
 		InstanceTLS:     p.instanceTLS,
+		NodeMaintenance: p.nodeMaintenance[cluster],
 	})
 	if err != nil {
 		return member.ApplyResult{}, fmt.Errorf("rendering: %w", err)

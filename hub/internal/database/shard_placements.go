@@ -61,6 +61,9 @@ func (s *shardRuntime) plan(key types.NamespacedName, cluster string) (*plan, bo
 	sp := e.spec
 	p := &plan{uid: types.UID(sp.Database.UID), generation: sp.Generation, policy: sp.DeletionPolicy, traceparent: sp.Traceparent,
 		instanceCertificate: sp.InstanceCertificate, allowed: map[string]bool{}, targets: map[string]bool{}, teardown: map[string]bool{}}
+	if sp.NodeMaintenance {
+		p.nodeMaintenance = map[string]bool{cluster: true}
+	}
 	switch sp.Role {
 	case fleetv1alpha1.PlacementRoleApply:
 		p.allowed[cluster], p.targets[cluster] = true, true
@@ -116,7 +119,7 @@ func desiredSpecs(key types.NamespacedName, p *plan) map[string]fleetv1alpha1.Da
 				Database: fleetv1alpha1.DatabaseRef{Namespace: key.Namespace, Name: key.Name, UID: string(p.uid)},
 				Cluster:  cluster, Role: role, Generation: p.generation, DeletionPolicy: p.policy,
 				FinalBackup: p.finalBackup != nil && p.finalBackup.policy != fleetv1alpha1.FinalBackupSkip,
-				Traceparent: p.traceparent, InstanceCertificate: instanceCert,
+				Traceparent: p.traceparent, InstanceCertificate: instanceCert, NodeMaintenance: p.nodeMaintenance[cluster],
 			}
 		}
 	}

@@ -61,6 +61,10 @@ type plan struct {
 	// the fingerprint of the instance certificate the leader's plan has
 	// (the owner reads it from the hub Secret: remoteInstanceTLS).
 	instanceCertificate string
+	// nodeMaintenance are the members whose MemberCluster has
+	// spec.nodeMaintenance.inProgress: their CloudNativePG Clusters are
+	// rendered with a maintenance window (member.Params.NodeMaintenance).
+	nodeMaintenance map[string]bool
 	// absentSecrets are the members where the credential recovery of this
 	// reconcile found no credentials Secret (nil: none known); the first
 	// member sync of each takes that answer instead of reading again.
@@ -143,7 +147,7 @@ func (p *plan) changedMembers(prev *plan) []string {
 	}
 	var out []string
 	for _, name := range sortedKeys(members) {
-		if p.role(name) != prev.role(name) || p.roles[name] != prev.roles[name] ||
+		if p.role(name) != prev.role(name) || p.roles[name] != prev.roles[name] || p.nodeMaintenance[name] != prev.nodeMaintenance[name] ||
 			!sameTopology(p.topology[name], prev.topology[name]) {
 			out = append(out, name)
 		}
