@@ -6,11 +6,13 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -144,7 +146,7 @@ func (e *env) startHub(opts envOptions) {
 	go func() {
 		defer close(done)
 		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("hub manager: %v", err)
+			t.Errorf("hub manager: %v%s", err, stuckGoroutines(err))
 		}
 	}()
 	var once sync.Once
@@ -369,4 +371,31 @@ func markClustersReady(ctx context.Context, c client.Client) {
 		status, _, _ := unstructured.NestedMap(u.Object, "status")
 		writeCNPGStatus(ctx, c, u, status, cnpgReconciledStatus(ctx, c, u, status, true))
 	}
+}
+
+// stuckGoroutines is, for a manager that did not stop within its grace
+// period, where the goroutines running fleetdb's code stand (the runnable
+// that held the shutdown is among them: CI shows only the test's output),
+// and the path of a file with every goroutine's stack; "" for any other
+// error.
+func stuckGoroutines(err error) string {
+	if !strings.Contains(err.Error(), "grace period") {
+		return ""
+	}
+	var buf bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&buf, 2)
+	var ours []string
+	for _, g := range strings.Split(buf.String(), "\n\n") {
+		if (strings.Contains(g, "fleetdb/fleetdb/hub") || strings.Contains(g, "fleetdb/fleetdb/member") ||
+			strings.Contains(g, "fleetdb/fleetdb/clusters")) && len(ours) < 20 {
+			ours = append(ours, g)
+		}
+	}
+	out := "\nfleetdb's goroutines:\n" + strings.Join(ours, "\n\n")
+	if f, ferr := os.CreateTemp("", "fleetdb-stuck-goroutines-*.txt"); ferr == nil {
+		_, _ = f.Write(buf.Bytes())
+		_ = f.Close()
+		out += "\n(every goroutine's stack: " + f.Name() + ")"
+	}
+	return out
 }
