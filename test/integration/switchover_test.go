@@ -40,6 +40,50 @@ func TestTopology(t *testing.T) {
 	t.Run("standbys report their last restartpoint's timeline: a switchover back goes through, another target waits for its restartpoint", func(t *testing.T) {
 		testSwitchoverBeforeRestartpoint(t, e, sim)
 	})
+	t.Run("a standby member switches to a rotated password only after the primary member changed it", func(t *testing.T) {
+		testRotationStandbyAfterPrimary(t, e, sim)
+	})
+}
+
+// testRotationStandbyAfterPrimary: a standby member's database is a replica
+// and gets a rotated password only by replication of the primary member's
+// ALTER ROLE (CloudNativePG runs it on the primary when that member's Secret
+// changes). While the primary member's operator has not taken the new
+// Secret (frozen in the simulator), the standby member keeps the password
+// its database accepts and is not counted switched; then it switches and
+// the rotation completes.
+func testRotationStandbyAfterPrimary(t *testing.T, e *env, sim *cnpgSim) {
+	g := NewWithT(t)
+	ns := e.namespace("topo-rotate")
+	members := []string{"m1", "m2"}
+	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "ledger", "m1", members...))).To(Succeed())
+	e.expectStable(g, ns, "ledger", "m1", members...)
+	key := client.ObjectKey{Namespace: ns, Name: member.CredentialsSecretName("ledger")}
+	old := e.hubSecret(g, key)[member.CredentialsPasswordKey]
+
+	sim.freeze("m1", true)
+	defer sim.freeze("m1", false)
+	e.annotate(g, ns, "ledger", "r1")
+	var pending []byte
+	g.Eventually(func(g Gomega) {
+		pending = e.hubSecret(g, key)[member.CredentialsPendingPasswordKey]
+		g.Expect(pending).NotTo(BeEmpty())
+		g.Expect(e.memberSecret(g, "m1", key)[member.CredentialsPasswordKey]).To(Equal(pending), "the primary member gets it at once")
+		c := condition(e.getDB(ns, "ledger").Status.Conditions, fleetv1alpha1.ConditionCredentialsRotated)
+		g.Expect(c.Message).To(ContainSubstring("0 of 2 member(s) switched"))
+		g.Expect(c.Message).To(ContainSubstring("m2 (a standby member: waiting for the primary member"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(e.memberSecret(g, "m2", key)[member.CredentialsPasswordKey]).To(Equal(old), "m2's database does not have the new password yet")
+	}).WithTimeout(3 * time.Second).WithPolling(poll).Should(Succeed())
+
+	sim.freeze("m1", false)
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.memberSecret(g, "m2", key)[member.CredentialsPasswordKey]).To(Equal(pending))
+		c := condition(e.getDB(ns, "ledger").Status.Conditions, fleetv1alpha1.ConditionCredentialsRotated)
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(e.hubSecret(g, key)[member.CredentialsPasswordKey]).To(Equal(pending))
 }
 
 func newTopologyDB(ns, name, primary string, members ...string) *fleetv1alpha1.Database {

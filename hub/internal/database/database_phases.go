@@ -100,6 +100,7 @@ func (r *databaseReconciler) reconcileRollout(ctx context.Context, s *databaseSc
 		instanceTLS:     s.instanceTLS,
 		roles:           topologyRoles(s.db, s.placement.Targets, s.topology),
 		nodeMaintenance: maintenance,
+		rotationHeld:    rotationHeldMembers(s.db, s.credentials, s.placement.Targets, s.results),
 	})
 	return ctrl.Result{}, nil
 }

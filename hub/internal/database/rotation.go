@@ -113,6 +113,46 @@ func (r *databaseReconciler) rotate(ctx context.Context, db *fleetv1alpha1.Datab
 		fmt.Sprintf("rotation %q: every member switched; updating the member Secrets", token), reportedRotated(db), token), nil
 }
 
+// rotationHeldMembers are the standby members of a PrimaryStandby Database
+// (CloudNativePG backend) that may not switch to the pending password of
+// the rotation under way yet. A standby member's database is a replica: it
+// gets the new password only by replication of the primary member's ALTER
+// ROLE, which CloudNativePG runs on the primary when that member's Secret
+// changes. So a standby member's Secret gets the new password, and the
+// member counts as switched, only once the primary member switched (its
+// Cluster reports the new Secret version), while no switchover runs, and
+// while the standby is a healthy standby of that primary. With the primary
+// member unreachable the standbys keep the password their database accepts.
+// Between the primary's ALTER ROLE and the standby's replay of it there is
+// the replication delay, which the hub cannot see (CloudNativePG's status
+// carries no WAL positions; see docs/credentials.md, "A PrimaryStandby Database").
+func rotationHeldMembers(db *fleetv1alpha1.Database, creds map[string][]byte, targets []string, results map[string]*memberResult) map[string]bool {
+	if db.TopologyMode() != fleetv1alpha1.TopologyPrimaryStandby || db.EffectiveBackend() != fleetv1alpha1.BackendCloudNativePG ||
+		len(creds[member.CredentialsPendingPasswordKey]) == 0 {
+		return nil
+	}
+	token := string(creds[member.CredentialsRotationTokenKey])
+	var primary string
+	var switchover bool
+	if st := db.Status.Topology; st != nil {
+		primary, switchover = st.PrimaryCluster, st.Switchover != nil
+	}
+	res := results[primary]
+	primaryDone := !switchover && res != nil && res.Rotation.Token == token && res.Rotation.Switched
+	out := map[string]bool{}
+	for _, m := range targets {
+		if m == primary {
+			continue
+		}
+		r := results[m]
+		follows := r != nil && r.Replication != nil && r.Replication.Primary == primary && r.Replication.Healthy
+		if !primaryDone || !follows {
+			out[m] = true
+		}
+	}
+	return out
+}
+
 // reportedRotated is the status' rotatedToken so far: it names a token only
 // once every member Secret holds its password.
 func reportedRotated(db *fleetv1alpha1.Database) string {

@@ -49,6 +49,9 @@ type memberRotation struct {
 	// cnpgWaiting: the member Secret has the pending password and
 	// CloudNativePG's Cluster does not report that Secret version yet.
 	cnpgWaiting bool
+	// held: a standby member of a PrimaryStandby Database that waits for
+	// the primary member to switch first (rotationHeldMembers).
+	held bool
 	// secret is the member's credentials Secret as the member's API server
 	// answered this sync (nil: none).
 	secret *corev1.Secret
@@ -88,6 +91,15 @@ func (r *memberSyncReconciler) prepareRotation(ctx context.Context, c client.Cli
 		// Before the apply writes the final Secret: a failed removal is
 		// retried while the member Secret still shows the rotation.
 		return mr, r.removeRotationJobs(ctx, c, live, cluster, db, mr.secret)
+	}
+	if db.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG && p.rotationHeld[cluster] {
+		mr.cnpg, mr.held = true, true
+		if mr.secret != nil && bytes.Equal(mr.secret.Data[member.CredentialsPasswordKey], mr.pending) {
+			// Written before the hold: never taken back (the hub does not
+			// replace a password it handed out), just not counted yet.
+			mr.creds = member.SwitchedCredentials(p.credentials)
+		}
+		return mr, nil
 	}
 	if db.EffectiveBackend() == fleetv1alpha1.BackendCloudNativePG {
 		mr.cnpg = true
@@ -134,6 +146,10 @@ func (r *memberSyncReconciler) finishRotation(ctx context.Context, c client.Clie
 		return rotationReport{Current: current}, 0, nil
 	}
 	rep := rotationReport{Token: mr.token, Current: current, Switched: mr.switched}
+	if mr.held {
+		rep.Waiting = "a standby member: waiting for the primary member to change the role's password first (this member's database gets it by replication)"
+		return rep, 0, nil
+	}
 	if rep.Switched {
 		return rep, 0, nil
 	}

@@ -65,6 +65,10 @@ type plan struct {
 	// spec.nodeMaintenance.inProgress: their CloudNativePG Clusters are
 	// rendered with a maintenance window (member.Params.NodeMaintenance).
 	nodeMaintenance map[string]bool
+	// rotationHeld are the standby members of a PrimaryStandby Database
+	// whose switch to a rotation's pending password waits for the primary
+	// member's (rotationHeldMembers).
+	rotationHeld map[string]bool
 	// absentSecrets are the members where the credential recovery of this
 	// reconcile found no credentials Secret (nil: none known); the first
 	// member sync of each takes that answer instead of reading again.
@@ -148,6 +152,7 @@ func (p *plan) changedMembers(prev *plan) []string {
 	var out []string
 	for _, name := range sortedKeys(members) {
 		if p.role(name) != prev.role(name) || p.roles[name] != prev.roles[name] || p.nodeMaintenance[name] != prev.nodeMaintenance[name] ||
+			p.rotationHeld[name] != prev.rotationHeld[name] ||
 			!sameTopology(p.topology[name], prev.topology[name]) {
 			out = append(out, name)
 		}
