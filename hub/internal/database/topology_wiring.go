@@ -9,9 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
 	"github.com/fleetdb/fleetdb/hub/internal/dbstatus"
@@ -133,31 +131,4 @@ func (r *databaseReconciler) replicationPeers(ctx context.Context, db *fleetv1al
 		peers = append(peers, member.Peer{Name: name, Host: ep.Host(db.Namespace, db.Name), Port: ep.EffectivePort()})
 	}
 	return peers, missing, nil
-}
-
-// nodeMaintenance are the targets whose MemberCluster has
-// spec.nodeMaintenance.inProgress, for a Database on the CloudNativePG
-// backend (the StatefulSet backend renders a PodDisruptionBudget only for
-// more than one replica, which lets one pod go: drains pass); nil when none.
-func (r *databaseReconciler) nodeMaintenance(ctx context.Context, db *fleetv1alpha1.Database, targets []string) (map[string]bool, error) {
-	if db.EffectiveBackend() != fleetv1alpha1.BackendCloudNativePG {
-		return nil, nil
-	}
-	var out map[string]bool
-	for _, name := range targets {
-		var mc fleetv1alpha1.MemberCluster
-		if err := r.hub.Get(ctx, client.ObjectKey{Name: name}, &mc); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return nil, fmt.Errorf("reading member cluster %s: %w", name, err)
-		}
-		if mc.NodeMaintenanceInProgress() {
-			if out == nil {
-				out = map[string]bool{}
-			}
-			out[name] = true
-		}
-	}
-	return out, nil
 }
