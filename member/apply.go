@@ -79,11 +79,20 @@ type ApplyResult struct {
 //     by pg_basebackup keeps that bootstrap after a switchover promoted it).
 //   - fleetdb objects of this Database that objs does not hold are deleted
 //     (PersistentVolumeClaims never are). objs must therefore be complete.
+//   - With WithClaimsGuard, a workload (StatefulSet, CloudNativePG Cluster)
+//     that is not in the member yet is created only when the volume claims
+//     it would start on are the applied Database's, or the guard lets the
+//     others be adopted; otherwise nothing is written and a
+//     *RetainedDataError is returned. The claims are never touched.
 //
 // live may be nil when c is not cache-backed. memo may be nil: then every
 // object is applied every time.
-func Apply(ctx context.Context, cluster string, c client.Client, live client.Reader, objs []client.Object, memo *Memo) (ApplyResult, error) {
+func Apply(ctx context.Context, cluster string, c client.Client, live client.Reader, objs []client.Object, memo *Memo, opts ...ApplyOption) (ApplyResult, error) {
 	var res ApplyResult
+	var o applyOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if live == nil {
 		live = c
 	}
@@ -98,6 +107,9 @@ func Apply(ctx context.Context, cluster string, c client.Client, live client.Rea
 	}
 	if createdNS {
 		res.Applied = append(res.Applied, ref(plan.namespace))
+	} else if err := plan.guardClaims(ctx, live, o.claims); err != nil {
+		// (A namespace created just now holds no claims.)
+		return res, err
 	}
 	applied, restored, err := plan.write(ctx, c, memo)
 	res.Applied = append(res.Applied, applied...)
@@ -108,6 +120,19 @@ func Apply(ctx context.Context, cluster string, c client.Client, live client.Rea
 	pruned, err := prune(ctx, c, plan, memo)
 	res.Pruned = pruned
 	return res, err
+}
+
+// ApplyOption changes what Apply does.
+type ApplyOption func(*applyOptions)
+
+type applyOptions struct {
+	claims ClaimsGuard
+}
+
+// WithClaimsGuard has Apply ask guard before it creates a workload that
+// would start on volume claims of another Database (see Apply).
+func WithClaimsGuard(guard ClaimsGuard) ApplyOption {
+	return func(o *applyOptions) { o.claims = guard }
 }
 
 // read reads every object of the plan. The cache answers for what fleetdb

@@ -146,7 +146,8 @@ func hibernationStarted(reason string) bool {
 
 // releaseClaims removes every owner reference from the volume claims the
 // Cluster controls (CloudNativePG restores a Cluster only from claims with
-// none). They are listed live: they carry CloudNativePG's labels, not
+// none) and records on them the Database UID they were released from
+// (AnnotationReleasedUID, as patchLabelsAway does for fleetdb's objects). They are listed live: they carry CloudNativePG's labels, not
 // fleetdb's, so the hub's member cache does not hold them (an unstructured
 // list is never served from the cache).
 func releaseClaims(ctx context.Context, c client.Client, u *unstructured.Unstructured) error {
@@ -155,7 +156,17 @@ func releaseClaims(ctx context.Context, c client.Client, u *unstructured.Unstruc
 	if err := c.List(ctx, claims, client.InNamespace(u.GetNamespace()), client.MatchingLabels{cnpgClusterLabel: u.GetName()}); err != nil {
 		return fmt.Errorf("listing volume claims: %w", err)
 	}
-	patch := []byte(`{"metadata":{"ownerReferences":null}}`)
+	meta := map[string]any{"ownerReferences": nil}
+	if uid := u.GetLabels()[fleetv1alpha1.LabelDatabaseUID]; uid != "" {
+		// The Database the claims held the data of: a later Database of the
+		// name starts on them only when the hub's record of that UID, or
+		// AnnotationAdoptCredentials, says so (see ClaimsGuard).
+		meta["annotations"] = map[string]any{fleetv1alpha1.AnnotationReleasedUID: uid}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return err
+	}
 	var errs *multierror.Error
 	for i := range claims.Items {
 		claim := &claims.Items[i]

@@ -76,7 +76,9 @@ const (
 	// data) it is to take over when the hub has no record of that one's
 	// Retain teardown: a hub rebuilt from Git or a backup, a record evicted.
 	// Only a member copy labelled with that UID (or released from it), in a
-	// member the Database is placed on, is taken.
+	// member the Database is placed on, is taken. It also lets the
+	// Database's new workload start on volume claims of that UID
+	// (ReasonRetainedDataFound).
 	AnnotationAdoptCredentials = "fleetdb.io/adopt-credentials-of"
 
 	// AnnotationBackend is the hub's record, on the Database, of the backend
@@ -246,6 +248,14 @@ const (
 	// the hub's request; terminal for that member until the Database or its
 	// registration changes (and rechecked at a slow pace for RBAC changes).
 	ReasonForbidden = "Forbidden"
+	// ReasonRetainedDataFound (on a status.clusters entry, phase Conflict):
+	// the member holds volume claims the Database's new workload would start
+	// on (a StatefulSet's data-<name>-<n>, CloudNativePG's orphan claims of
+	// the Cluster's name) that belong to another Database UID or name none,
+	// and no Retain record of this hub for this Database vouches for them,
+	// nor AnnotationAdoptCredentials names their UID. The workload is not
+	// created and the claims are never touched; the message names them.
+	ReasonRetainedDataFound = "RetainedDataFound"
 	// ReasonMemberRemoved (Event): a member left the registry while the
 	// Database was placed on it; its objects were left in place.
 	ReasonMemberRemoved = "MemberRemoved"

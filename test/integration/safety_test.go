@@ -35,6 +35,8 @@ func TestSafety(t *testing.T) {
 	t.Run("another Database's password in a member is never overwritten", func(t *testing.T) { testCredentialsGuard(t, e) })
 	t.Run("a Database recreated on retained data gets its password back", func(t *testing.T) { testCredentialsRetained(t, e) })
 	t.Run("a retained password goes only to a Database this hub recorded it for", func(t *testing.T) { testRetainedOtherHub(t, e) })
+	t.Run("retained claims no record vouches for are not started on", func(t *testing.T) { testRetainedClaimsUnvouched(t, e) })
+	t.Run("retained CloudNativePG claims of another UID than the record's are not started on", func(t *testing.T) { testRetainedClaimsOtherRecord(t, e) })
 	t.Run("dropping a member keeps its data by default", func(t *testing.T) { testPlacementRemoval(t, e) })
 	t.Run("a PVC is never deleted in the pass that deletes its StatefulSet", func(t *testing.T) { testPVCAfterStatefulSet(t, e) })
 	t.Run("a member removed from the registry is left alone and reported", func(t *testing.T) { testMemberRemoved(t, e) })

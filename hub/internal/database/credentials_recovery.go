@@ -274,18 +274,25 @@ func (src recoverySources) weigh(db *fleetv1alpha1.Database, names []string, rea
 // written before tombstones recorded it).
 func (r *databaseReconciler) hubRecords(ctx context.Context, db *fleetv1alpha1.Database) (
 	retained *tombstones.Retained, skipped []tombstones.Tombstone, skippedUIDs []types.UID, err error) {
-	if r.tombstones == nil {
+	return hubRecordsOf(ctx, r.hub, r.tombstones, r.opts.HubID, db)
+}
+
+// hubRecordsOf is hubRecords for any reader of the hub (the member syncs
+// ask it too, see claimsGuard).
+func hubRecordsOf(ctx context.Context, hub client.Reader, store *tombstones.Store, hubID string, db *fleetv1alpha1.Database) (
+	retained *tombstones.Retained, skipped []tombstones.Tombstone, skippedUIDs []types.UID, err error) {
+	if store == nil {
 		return nil, nil, nil, nil
 	}
 	var ns corev1.Namespace
-	if err := r.hub.Get(ctx, client.ObjectKey{Name: db.Namespace}, &ns); err != nil {
+	if err := hub.Get(ctx, client.ObjectKey{Name: db.Namespace}, &ns); err != nil {
 		return nil, nil, nil, fmt.Errorf("reading namespace %s: %w", db.Namespace, err)
 	}
-	rec, stones, err := r.tombstones.For(ctx, db.Namespace, db.Name)
+	rec, stones, err := store.For(ctx, db.Namespace, db.Name)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if rec != nil && rec.UID != db.UID && rec.NamespaceUID == ns.UID && rec.HubID == r.opts.HubID {
+	if rec != nil && rec.UID != db.UID && rec.NamespaceUID == ns.UID && rec.HubID == hubID {
 		retained = rec
 	}
 	for _, uid := range slices.Sorted(maps.Keys(stones)) {

@@ -101,6 +101,7 @@ func (r *databaseReconciler) reconcileRollout(ctx context.Context, s *databaseSc
 		roles:           topologyRoles(s.db, s.placement.Targets, s.topology),
 		nodeMaintenance: maintenance,
 		rotationHeld:    rotationHeldMembers(s.db, s.credentials, s.placement.Targets, s.results),
+		adopt:           types.UID(s.db.Annotations[fleetv1alpha1.AnnotationAdoptCredentials]),
 	})
 	return ctrl.Result{}, nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/fleetdb/fleetdb/hub/internal/dbstatus"
 	"github.com/fleetdb/fleetdb/hub/internal/memberjob"
 	"github.com/fleetdb/fleetdb/hub/internal/queue"
+	"github.com/fleetdb/fleetdb/hub/internal/tombstones"
 	"github.com/fleetdb/fleetdb/hub/internal/topology"
 	"github.com/fleetdb/fleetdb/internal/statusmsg"
 	"github.com/fleetdb/fleetdb/internal/telemetry"
@@ -66,6 +67,9 @@ type memberSyncReconciler struct {
 	// refused counts the refusals (403) in a row per member and Database:
 	// the retry's backoff (see forbiddenRetryFirst); nil retries at the cap.
 	refused *refusals
+	// tombstones hold the hub's Retain records, which vouch for the volume
+	// claims a new workload would start on (claimsGuard); nil: none.
+	tombstones *tombstones.Store
 }
 
 // Reconcile is the envelope of one member sync: the per-member slot, the
@@ -514,6 +518,10 @@ func (r *memberSyncReconciler) applyFailed(key types.NamespacedName, cluster str
 	if errors.As(err, &conflict) {
 		return conflictOutcome(cluster, conflict)
 	}
+	var retained *member.RetainedDataError
+	if errors.As(err, &retained) {
+		return retainedDataOutcome(cluster, retained)
+	}
 	if isForbidden(err) {
 		return r.forbiddenOutcome(key, cluster, errReasonApply, err, fleetv1alpha1.ClusterPhaseDegraded)
 	}
@@ -583,7 +591,7 @@ func (r *memberSyncReconciler) apply(ctx context.Context, live client.Reader, c 
 	}
 	objs = restoreObjects(objs, db, rest)
 	member.StampHub(objs, r.opts.HubID)
-	res, err := member.Apply(ctx, cluster, c, live, objs, r.memo)
+	res, err := member.Apply(ctx, cluster, c, live, objs, r.memo, member.WithClaimsGuard(r.claimsGuard(db, cluster)))
 	telemetry.CountRestored(cluster, res.Restored)
 	if err != nil {
 		return res, err

@@ -78,6 +78,9 @@ type plan struct {
 	// entry changed is woken (topology carries what it renders; both derive
 	// from the Database's stored status, see decideRole).
 	roles map[string]string
+	// adopt is the UID the Database's AnnotationAdoptCredentials names: its
+	// change wakes every member (one refused for retained claims may go on).
+	adopt types.UID
 }
 
 // absentSecretsFresh bounds how old the credential recovery's NotFound may
@@ -145,7 +148,7 @@ func (p *plan) changedMembers(prev *plan) []string {
 			members[name] = true
 		}
 	}
-	if prev == nil || prev.uid != p.uid || prev.generation != p.generation || prev.policy != p.policy ||
+	if prev == nil || prev.uid != p.uid || prev.generation != p.generation || prev.policy != p.policy || prev.adopt != p.adopt ||
 		!maps.EqualFunc(prev.credentials, p.credentials, bytes.Equal) || !sameInstanceTLS(prev.instanceTLS, p.instanceTLS) {
 		return sortedKeys(members)
 	}
