@@ -45,7 +45,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-FLEET_DIR=${FLEET_DIR:-$root/.cache/fleet}
+FLEET_DIR=$(realpath -m -- "${FLEET_DIR:-$root/.cache/fleet}")
 FLEET_MEMBERS=${FLEET_MEMBERS:-2}
 FLEET_PREFIX=${FLEET_PREFIX:-fleetdb}
 FLEET_JOIN_TIMEOUT=${FLEET_JOIN_TIMEOUT:-5m}
@@ -55,6 +55,13 @@ simulated | real) ;;
 *) echo "fleet: FLEET_NODES=$FLEET_NODES: want simulated or real" >&2; exit 2 ;;
 esac
 export KWOK_WORKDIR="$FLEET_DIR/kwok"
+# hack/realnode.sh reads the same folder and prefix.
+export FLEET_DIR FLEET_PREFIX
+# FLEET_DIR holds admin kubeconfigs and keys: the folder is 0700 and every
+# kubeconfig 0600. `up` marks it as the fleet's (MARKER); `down` removes a
+# folder only with that mark (or one an earlier version made: it has
+# kwok/clusters), never a folder FLEET_DIR names by mistake.
+MARKER="$FLEET_DIR/.fleetdb-fleet"
 HUB_NS=fleetdb-system
 
 members() { for i in $(seq 1 "$FLEET_MEMBERS"); do echo "member-$i"; done; }
@@ -88,7 +95,7 @@ create() {
 				echo "fleet: $c is up" >&2
 				return
 			fi
-			echo "fleet: $c was created without its own Service range for a real node: recreating it" >&2
+			echo "fleet: $c was created without its own Service range or kubelet client certificate for a real node: recreating it" >&2
 		else
 			echo "fleet: $c predates the CloudNativePG stages: recreating it" >&2
 		fi
@@ -105,20 +112,26 @@ create() {
 			--kube-scheduler-binary="$BIN/kube-scheduler" --kwok-controller-binary="$BIN/kwok" \
 			--extra-args kube-controller-manager=enable-hostpath-provisioner=true \
 			--extra-args kube-controller-manager=leader-elect=false \
+			--extra-args "kube-controller-manager=flex-volume-plugin-dir=$FLEET_DIR/flexvolume" \
 			--extra-args kube-scheduler=leader-elect=false \
 			${crds[@]+"${crds[@]}"} ${audit[@]+"${audit[@]}"} ${extra[@]+"${extra[@]}"} \
 			--kubeconfig "$kc" --wait 120s >&2
 	fi
-	"$KWOKCTL" get kubeconfig --name "$(cluster_name "$c")" >"$kc.tmp" && mv "$kc.tmp" "$kc"
+	(umask 077 && "$KWOKCTL" get kubeconfig --name "$(cluster_name "$c")" >"$kc.tmp") && mv "$kc.tmp" "$kc"
+	# kwokctl writes its keys 0644 and its kubeconfig 0640.
+	chmod -R go-rwx "$KWOK_WORKDIR/clusters/$(cluster_name "$c")"
 	controllers_up "$c"
 }
 
 # real_ready is true when member $1's kubernetes Service has the address
-# hack/realnode.sh kwokctl-config gave it (the member's own Service range).
+# hack/realnode.sh kwokctl-config gave it (the member's own Service range)
+# and its API server was started with a client certificate for the real
+# node's kubelet (which takes no anonymous request).
 real_ready() {
 	local want
 	want=$(awk '$1 == "-" && $2 ~ /^[0-9.]+$/ {print $2; exit}' "$FLEET_DIR/kwokctl-$1.yaml")
-	[ "$("$KUBECTL" --kubeconfig "$(kubeconfig "$1")" -n default get service kubernetes -o jsonpath='{.spec.clusterIP}' 2>/dev/null)" = "$want" ]
+	grep -q kubelet-client-certificate "$KWOK_WORKDIR/clusters/$(cluster_name "$1")/kwok.yaml" 2>/dev/null &&
+		[ "$("$KUBECTL" --kubeconfig "$(kubeconfig "$1")" -n default get service kubernetes -o jsonpath='{.spec.clusterIP}' 2>/dev/null)" = "$want" ]
 }
 
 # Each cluster runs one controller manager and one scheduler, so neither
@@ -278,6 +291,10 @@ register() {
 up() {
 	bin
 	mkdir -p "$FLEET_DIR"
+	chmod 700 "$FLEET_DIR"
+	touch "$MARKER"
+	local f
+	for f in "$FLEET_DIR"/*.kubeconfig; do [ -e "$f" ] && chmod 600 "$f"; done
 	create hub
 	local i=0
 	for c in $(members); do
@@ -318,14 +335,15 @@ down() {
 		"$root/hack/realnode.sh" down-all
 	fi
 	# Host-path volumes live under /tmp/hostpath_pv (hard-coded in Kubernetes):
-	# remove exactly the ones our members' PersistentVolumes point at.
+	# remove exactly the ones our members' PersistentVolumes point at, each
+	# only when it resolves (.., symbolic links) to a folder inside it.
 	for c in $(members); do
 		local kc
 		kc=$(kubeconfig "$c")
 		[ -s "$kc" ] || continue
 		"$KUBECTL" --kubeconfig "$kc" get pv -o jsonpath='{range .items[*]}{.spec.hostPath.path}{"\n"}{end}' 2>/dev/null |
 			while read -r path; do
-				case "$path" in /tmp/hostpath_pv/?*) rm -rf -- "$path" ;; esac
+				remove_volume "$path"
 			done || true
 	done
 	for c in hub $(members); do
@@ -333,8 +351,23 @@ down() {
 			"$KWOKCTL" delete cluster --name "$(cluster_name "$c")" --kubeconfig "$(kubeconfig "$c")" >&2 || true
 		fi
 	done
-	rm -rf "$FLEET_DIR"
-	echo "fleet: removed" >&2
+	if [ -e "$MARKER" ] || [ -d "$FLEET_DIR/kwok/clusters" ]; then
+		rm -rf -- "$FLEET_DIR"
+		echo "fleet: removed" >&2
+	elif [ -e "$FLEET_DIR" ]; then
+		echo "fleet: left $FLEET_DIR as it is: it holds no fleet made by this script" >&2
+	fi
+}
+
+# remove_volume removes a host-path volume's folder when its path, resolved,
+# is a folder below /tmp/hostpath_pv; anything else is named and left.
+remove_volume() {
+	local real
+	real=$(realpath -m -- "$1")
+	case "$real" in
+	/tmp/hostpath_pv/?*) rm -rf -- "$real" ;;
+	*) echo "fleet: left $1 as it is: not a folder below /tmp/hostpath_pv" >&2 ;;
+	esac
 }
 
 envvars() {

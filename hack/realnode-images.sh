@@ -39,11 +39,17 @@
 #                      (releases/cnpg-<version>.yaml), with the operator's
 #                      imagePullPolicy IfNotPresent instead of Always
 #
-# Cached like hack/toolchain.sh, keyed by a hash of the pins and this script.
+# Cached like hack/toolchain.sh, keyed by a hash of the pins and this script,
+# with the hashes of its files recorded at the end of a build and checked on
+# every reuse (SHA256SUMS, hack/lib/toolcache.sh): a folder that does not match
+# them, or has no record (built before the record existed: rebuilt once), is
+# rebuilt.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools="$root/test/tools"
+# shellcheck source=lib/toolcache.sh
+. "$root/hack/lib/toolcache.sh"
 key=$(cat "$tools"/cnpgoperator/go.mod "$tools"/cnpgoperator/go.sum "$tools"/localpath/go.mod "$tools"/localpath/go.sum "${BASH_SOURCE[0]}" | sha256sum | cut -c1-12)
 cnpg_version=$(awk '($1=="require" && $2=="github.com/cloudnative-pg/cloudnative-pg") {print $3; exit} $1=="github.com/cloudnative-pg/cloudnative-pg" {print $2; exit}' "$tools/cnpgoperator/go.mod")
 parent=${FLEETDB_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fleetdb/tools}
@@ -86,16 +92,16 @@ closure() {
 # Standard output carries one line, the folder (its callers read it as a
 # path): whatever a build step prints goes to standard error.
 exec 3>&1 1>&2
-if ! complete; then
+if ! complete || ! toolcache_verify "$out"; then
 	BIN=$("$root/hack/realnode-tools.sh")
 	mkdir -p "$parent"
 	exec 9>"$parent/.lock-realnode-images"
 	flock 9
-	if ! complete; then
+	if ! toolcache_trusted realnode-images "$out" || ! complete; then
 		tmp="$out.tmp.$$"
-		rm -rf "$tmp"
+		toolcache_remove "$parent" "$tmp"
 		mkdir -p "$tmp"
-		trap 'rm -rf "$tmp"' EXIT
+		trap 'toolcache_remove "$parent" "$tmp"' EXIT
 		start=$SECONDS
 		echo "realnode-images: building CloudNativePG $cnpg_version and PostgreSQL images into $out" >&2
 		mod=$(cd "$tools/cnpgoperator" && GOFLAGS=-mod=mod go mod download -json "github.com/cloudnative-pg/cloudnative-pg@$cnpg_version" |
@@ -181,7 +187,8 @@ if ! complete; then
 		echo "$pg_image" >"$tmp/postgresql-image"
 		rm -rf "$rootfs"
 
-		rm -rf "$out"
+		toolcache_seal "$tmp"
+		toolcache_remove "$parent" "$out"
 		mv "$tmp" "$out"
 		trap - EXIT
 		echo "realnode-images: built in $((SECONDS - start))s" >&2

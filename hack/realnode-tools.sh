@@ -27,11 +27,16 @@
 #
 # Like hack/toolchain.sh, the folder is keyed by a hash of the pin files and
 # of this script, lives in the user's cache directory and FLEETDB_TOOLS_DIR
-# overrides its parent folder; an unchanged pin builds nothing.
+# overrides its parent folder; an unchanged pin builds nothing. A build ends by
+# recording the hashes of its files (SHA256SUMS, hack/lib/toolcache.sh); a
+# folder whose files no longer match them, or that has no record (built before
+# the record existed: rebuilt once), is rebuilt rather than run.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools="$root/test/tools"
+# shellcheck source=lib/toolcache.sh
+. "$root/hack/lib/toolcache.sh"
 key=$(cat "$tools"/k8snode/go.mod "$tools"/k8snode/go.sum "$tools"/containerd/go.mod "$tools"/containerd/go.sum \
 	"$tools"/ociimage/go.mod "$tools"/ociimage/main.go "$tools"/coredns/go.mod "$tools"/coredns/go.sum "$tools"/coredns/main.go \
 	"${BASH_SOURCE[0]}" | sha256sum | cut -c1-12)
@@ -68,15 +73,15 @@ moddir() {
 # Standard output carries one line, the folder (its callers read it as a
 # path): whatever a build step prints goes to standard error.
 exec 3>&1 1>&2
-if ! complete; then
+if ! complete || ! toolcache_verify "$bin"; then
 	mkdir -p "$parent"
 	exec 9>"$parent/.lock-realnode"
 	flock 9
-	if ! complete; then
+	if ! toolcache_trusted realnode-tools "$bin" || ! complete; then
 		tmp="$bin.tmp.$$"
-		rm -rf "$tmp"
+		toolcache_remove "$parent" "$tmp"
 		mkdir -p "$tmp/images"
-		trap 'rm -rf "$tmp"' EXIT
+		trap 'toolcache_remove "$parent" "$tmp"' EXIT
 		flags=(-trimpath -ldflags "-s -w")
 		echo "realnode-tools: building node binaries into $bin (first run takes ~10 minutes)" >&2
 		start=$SECONDS
@@ -131,7 +136,8 @@ if ! complete; then
 			-entrypoint '["/coredns"]' -user 65532:65532
 		rm -rf "$rootfs"
 
-		rm -rf "$bin"
+		toolcache_seal "$tmp"
+		toolcache_remove "$parent" "$bin"
 		mv "$tmp" "$bin"
 		trap - EXIT
 		echo "realnode-tools: built in $((SECONDS - start))s" >&2

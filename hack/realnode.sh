@@ -54,7 +54,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-FLEET_DIR=${FLEET_DIR:-$root/.cache/fleet}
+FLEET_DIR=$(realpath -m -- "${FLEET_DIR:-$root/.cache/fleet}")
 FLEET_PREFIX=${FLEET_PREFIX:-fleetdb}
 REALNODE_BRIDGE=${REALNODE_BRIDGE:-fdbrn0}
 # Two /16s of private addresses, not routed on this host (check `ip route`):
@@ -73,6 +73,20 @@ die() {
 	echo "realnode: $*" >&2
 	exit 1
 }
+
+# Ownership: the harness removes only what it made. The links it creates
+# (the bridge, the host ends of the veths) carry an alias naming this fleet
+# (owner_mark: a hash of FLEET_DIR), the host routes it adds carry the route
+# protocol ROUTE_PROTO (a route of another protocol to the same range is
+# never deleted: `ip route del ... proto N` matches that protocol only), and a
+# node's namespace and cgroups are this fleet's while its state folder
+# ($FLEET_DIR/realnodes/member-N, made before any of them and removed after
+# all of them) is there, or its namespace holder names that folder. A host
+# whose bridge or routes predate the fleet, or a second checkout with the same
+# FLEET_PREFIX, keeps them: `up` refuses with what to change instead.
+ROUTE_PROTO=213
+owner_mark() { echo "fleetdb-realnode $(printf '%s' "$FLEET_DIR" | sha256sum | cut -c1-16)"; }
+link_owned() { [ "$(cat "/sys/class/net/$1/ifalias" 2>/dev/null)" = "$(owner_mark)" ]; }
 
 # preflight names everything this host lacks for a real node, in one message.
 preflight() {
@@ -194,23 +208,57 @@ wait_for() {
 
 in_ns() { ip netns exec "$ns" "$@"; }
 
-# other_nodes prints "index" for every other real node of this fleet prefix.
+# other_nodes prints "index" for every other real node of this fleet (its
+# namespace is there and so is its state folder).
 other_nodes() {
 	local n
 	for n in $(ip netns list | awk '{print $1}'); do
 		case "$n" in "$FLEET_PREFIX-rn-member-"*) ;; *) continue ;; esac
-		[ "$n" = "$ns" ] || echo "${n#"$FLEET_PREFIX-rn-member-"}"
+		[ "$n" != "$ns" ] && [ -d "$FLEET_DIR/realnodes/${n#"$FLEET_PREFIX-rn-"}" ] && echo "${n#"$FLEET_PREFIX-rn-member-"}"
 	done
+	return 0
+}
+
+# node_exists is true when anything of member's node is on the host: its
+# network namespace or its cgroup.
+node_exists() {
+	local h
+	ip netns list | awk '{print $1}' | grep -qx -- "$ns" && return 0
+	for h in $(hierarchies); do [ -d "$h/$cg" ] && return 0; done
+	return 1
+}
+
+# node_owned is true when member's node is this fleet's: its state folder is
+# under FLEET_DIR, or a process of it (the namespace holder binds that
+# folder) names it.
+node_owned() {
+	[ -d "$dir" ] && return 0
+	local p
+	for p in /proc/[0-9]*; do
+		case "$(tr '\0' ' ' 2>/dev/null <"$p/cmdline")" in *"mount --bind '$dir' "*) return 0 ;; esac
+	done
+	return 1
 }
 
 network() {
+	if ip link show "$REALNODE_BRIDGE" >/dev/null 2>&1; then
+		link_owned "$REALNODE_BRIDGE" || die "$member: the host has a link $REALNODE_BRIDGE this fleet did not make (another fleet's, or the host's own): give this fleet its own with REALNODE_BRIDGE (and REALNODE_NODE_NET, REALNODE_POD_NET, REALNODE_SERVICE_NET)"
+	fi
+	if [ -n "$(ip route show exact "$pod_cidr")" ]; then
+		die "$member: the host already routes $pod_cidr ($(ip route show exact "$pod_cidr" | head -1)): give this fleet other pod ranges with REALNODE_POD_NET"
+	fi
+	if ip link show "$veth" >/dev/null 2>&1; then
+		die "$member: the host has a link $veth this fleet did not make: give this fleet its own with REALNODE_BRIDGE"
+	fi
 	if ! ip link show "$REALNODE_BRIDGE" >/dev/null 2>&1; then
 		ip link add "$REALNODE_BRIDGE" type bridge
+		ip link set "$REALNODE_BRIDGE" alias "$(owner_mark)"
 		ip addr add "$HOST_IP/24" dev "$REALNODE_BRIDGE"
 		ip link set "$REALNODE_BRIDGE" up
 	fi
 	ip netns add "$ns"
 	ip link add "$veth" type veth peer name eth0 netns "$ns"
+	ip link set "$veth" alias "$(owner_mark)"
 	ip link set "$veth" master "$REALNODE_BRIDGE" up
 	in_ns ip link set lo up
 	in_ns ip addr add "$node_ip/24" dev eth0
@@ -223,7 +271,7 @@ network() {
 	for a in $(ip -4 -o addr show scope global | awk '{split($4, p, "/"); print p[1]}'); do
 		[ "$a" = "$HOST_IP" ] || in_ns ip route add "$a/32" via "$HOST_IP"
 	done
-	ip route add "$pod_cidr" via "$node_ip" dev "$REALNODE_BRIDGE"
+	ip route add "$pod_cidr" via "$node_ip" dev "$REALNODE_BRIDGE" proto "$ROUTE_PROTO"
 	for j in $(other_nodes); do
 		in_ns ip route add "$REALNODE_POD_NET.$j.0/24" via "$NODE_NET.$((10 + j))"
 		ip netns exec "$FLEET_PREFIX-rn-member-$j" ip route add "$pod_cidr" via "$node_ip"
@@ -253,6 +301,9 @@ state = "$nd/containerd/state"
   address = "$sock"
 [plugins.'io.containerd.nri.v1.nri']
   disable = true
+# Its default, /opt/containerd, would stay on the host.
+[plugins.'io.containerd.internal.v1.opt']
+  path = "$nd/opt"
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
@@ -276,7 +327,8 @@ TOML
 	# server's certificate names localhost, hence tls-server-name.
 	server=$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')
 	port=${server##*:}
-	k config view --minify --flatten >"$dir/kubeconfig"
+	(umask 077 && k config view --minify --flatten >"$dir/kubeconfig")
+	cp "$(pki)/ca.crt" "$dir/client-ca.crt"
 	"$KUBECTL" --kubeconfig "$dir/kubeconfig" config set-cluster "$(k config view --minify -o jsonpath='{.clusters[0].name}')" \
 		--server "https://$HOST_IP:$port" --tls-server-name localhost >/dev/null
 	chmod 600 "$dir/kubeconfig"
@@ -300,11 +352,19 @@ cgroupRoot: /$cg
 address: $node_ip
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
-# Reachable only from the host and the other real nodes (the bridge).
+# As kubeadm sets it: no anonymous request; a client certificate of the
+# member's CA (its API server's, for logs, exec and port-forward:
+# hack/realnodes/kwokctl.yaml) or a token the API server vouches for, and
+# every request authorized by the API server (SubjectAccessReview).
 authentication:
-  anonymous: {enabled: true}
-  webhook: {enabled: false}
-authorization: {mode: AlwaysAllow}
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $dir/client-ca.crt}
+authorization: {mode: Webhook}
+# Its default, /usr/libexec/kubernetes/kubelet-plugins/volume/exec, would stay
+# on the host (and /var/log/containers: the node's mount namespace has a
+# /var/log of its own).
+volumePluginDir: $nd/volume-plugins
 containerRuntimeEndpoint: unix://$sock
 podLogsDir: $nd/pod-logs
 resolvConf: $dir/resolv.conf
@@ -346,8 +406,11 @@ up() {
 		echo "realnode: $member: node $node is up" >&2
 		return
 	fi
-	# Whatever an interrupted run left goes first; a failure from here on
-	# tears the half-started node down.
+	if node_exists && ! node_owned; then
+		die "a real node $ns runs on this host for another fleet (no $dir here; a second checkout?): give this fleet its own FLEET_PREFIX, REALNODE_BRIDGE and REALNODE_*_NET"
+	fi
+	# Whatever an interrupted run of this fleet left goes first; a failure
+	# from here on tears the half-started node down.
 	down_member
 	started=0
 	trap 'if [ "$started" = 0 ]; then echo "realnode: $member: start failed, removing the half-started node" >&2; down_member; fi' EXIT
@@ -377,7 +440,7 @@ up() {
 	(
 		join_cgroups
 		exec setsid nsenter --net="/run/netns/$ns" -- unshare --mount --propagation private -- \
-			sh -c "mount -t tmpfs -o mode=0755 tmpfs /run && mkdir $nd && mount --bind '$dir' $nd && $binds exec sleep infinity" </dev/null >"$dir/holder.log" 2>&1
+			sh -c "mount -t tmpfs -o mode=0755 tmpfs /run && mount -t tmpfs -o mode=0755 tmpfs /var/log && mkdir $nd && mount --bind '$dir' $nd && $binds exec sleep infinity" </dev/null >"$dir/holder.log" 2>&1
 	) &
 	echo $! >"$dir/holder.pid"
 	wait_for "the namespace holder" 10 grep -q " $nd " "/proc/$(cat "$dir/holder.pid")/mounts"
@@ -496,13 +559,35 @@ YAML
 kwokctl_config() {
 	local range=$REALNODE_SERVICE_NET.$i out="$FLEET_DIR/kwokctl-$member.yaml"
 	mkdir -p "$FLEET_DIR"
-	sed -e "s|@SERVICE_RANGE@|$range.0/24|g" -e "s|@KUBERNETES_SERVICE_IP@|$range.1|g" \
+	sed -e "s|@SERVICE_RANGE@|$range.0/24|g" -e "s|@KUBERNETES_SERVICE_IP@|$range.1|g" -e "s|@PKI@|$(pki)|g" \
 		"$root/hack/realnodes/kwokctl.yaml" >"$out"
 	echo "$out"
 }
 
+# pki prints the folder of the member cluster's certificates kwokctl made
+# (hack/fleet.sh sets KWOK_WORKDIR to $FLEET_DIR/kwok).
+pki() { echo "$FLEET_DIR/kwok/clusters/$FLEET_PREFIX-$member/pki"; }
+
+# thaw_node thaws the node's cgroups and every one below them (a fault test
+# freezes the node or one pod: a frozen process takes no signal, so
+# kill_node would wait on it for nothing).
+thaw_node() {
+	local h f
+	for h in $(hierarchies); do
+		[ -d "$h/$cg" ] || continue
+		while read -r f; do
+			case "$f" in
+			*/freezer.state) { echo THAWED >"$f"; } 2>/dev/null || true ;;
+			*/cgroup.freeze) { echo 0 >"$f"; } 2>/dev/null || true ;;
+			esac
+		done < <(find "$h/$cg" \( -name freezer.state -o -name cgroup.freeze \) 2>/dev/null)
+	done
+	return 0
+}
+
 kill_node() {
 	local pids sig tries
+	thaw_node
 	for sig in TERM KILL; do
 		tries=0
 		while pids=$(node_pids) && [ -n "$pids" ] && [ "$tries" -lt 20 ]; do
@@ -531,13 +616,13 @@ down_member() {
 	for h in $(hierarchies); do
 		[ -d "$h/$cg" ] && find "$h/$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
 	done
-	ip route del "$pod_cidr" 2>/dev/null || true
+	ip route del "$pod_cidr" proto "$ROUTE_PROTO" 2>/dev/null || true
 	for j in $(other_nodes); do
 		ip netns exec "$FLEET_PREFIX-rn-member-$j" ip route del "$pod_cidr" 2>/dev/null || true
 	done
 	if ip netns list | awk '{print $1}' | grep -qx -- "$ns"; then ip netns del "$ns"; fi
-	ip link del "$veth" 2>/dev/null || true
-	if ip link show "$REALNODE_BRIDGE" >/dev/null 2>&1 && [ -z "$(other_nodes)" ]; then
+	if link_owned "$veth"; then ip link del "$veth" 2>/dev/null || true; fi
+	if link_owned "$REALNODE_BRIDGE" && [ -z "$(other_nodes)" ]; then
 		ip link del "$REALNODE_BRIDGE"
 	fi
 	rm -rf "$dir"
@@ -546,6 +631,9 @@ down_member() {
 
 down() {
 	tools_quiet
+	if node_exists && ! node_owned; then
+		die "$member: the real node $ns on this host is not this fleet's (no $dir): left as it is"
+	fi
 	down_member
 	echo "realnode: $member: removed" >&2
 }
@@ -558,29 +646,40 @@ tools_quiet() {
 	return 0
 }
 
+# down_all removes every real node of this fleet: those with a state folder,
+# and those of the prefix whose holder names this fleet's folder (a folder
+# removed by hand while its node ran). A node of the prefix that is not this
+# fleet's (a second checkout's) is named and left.
 down_all() {
-	local n
+	local n d h
 	tools_quiet
-	for n in $(ip netns list | awk '{print $1}'); do
-		case "$n" in "$FLEET_PREFIX-rn-member-"*) ;; *) continue ;; esac
-		setvars "${n#"$FLEET_PREFIX-rn-"}"
-		down_member
-	done
 	for d in "$FLEET_DIR"/realnodes/member-*; do
 		[ -d "$d" ] || continue
 		setvars "$(basename "$d")"
 		down_member
 	done
+	for n in $(ip netns list | awk '{print $1}'); do
+		case "$n" in "$FLEET_PREFIX-rn-member-"*) ;; *) continue ;; esac
+		down_if_owned "${n#"$FLEET_PREFIX-rn-"}"
+	done
 	for h in $(hierarchies); do
 		for d in "$h/$FLEET_PREFIX-rn-member-"*; do
 			[ -d "$d" ] || continue
-			setvars "${d##*/"$FLEET_PREFIX"-rn-}"
-			down_member
+			down_if_owned "${d##*/"$FLEET_PREFIX"-rn-}"
 		done
 	done
-	if ip link show "$REALNODE_BRIDGE" >/dev/null 2>&1; then ip link del "$REALNODE_BRIDGE"; fi
+	if link_owned "$REALNODE_BRIDGE"; then ip link del "$REALNODE_BRIDGE"; fi
 	rmdir "$FLEET_DIR/realnodes" 2>/dev/null || true
 	echo "realnode: all real nodes of $FLEET_PREFIX removed" >&2
+}
+
+down_if_owned() {
+	setvars "$1"
+	if node_owned; then
+		down_member
+	elif node_exists; then
+		echo "realnode: $member: left $ns as it is: not this fleet's (no $dir)" >&2
+	fi
 }
 
 # check lists what real nodes of this fleet prefix left on the host.
@@ -589,9 +688,11 @@ check() {
 	while read -r n _; do
 		case "$n" in "$FLEET_PREFIX-rn-"*) left+=("network namespace $n") ;; esac
 	done < <(ip netns list)
-	ip link show "$REALNODE_BRIDGE" >/dev/null 2>&1 && left+=("bridge $REALNODE_BRIDGE")
-	while read -r l; do left+=("link $l"); done < <(ip -o link show | awk -F': ' -v b="$REALNODE_BRIDGE-" 'index($2, b) == 1 {print $2}')
-	while read -r r; do left+=("route $r"); done < <(ip route show | grep -F -e "$REALNODE_POD_NET." -e "$REALNODE_BRIDGE" || true)
+	link_owned "$REALNODE_BRIDGE" && left+=("bridge $REALNODE_BRIDGE")
+	while read -r l; do
+		link_owned "${l%%@*}" && left+=("link $l")
+	done < <(ip -o link show | awk -F': ' -v b="$REALNODE_BRIDGE-" 'index($2, b) == 1 {print $2}')
+	while read -r r; do left+=("route $r"); done < <(ip route show proto "$ROUTE_PROTO" | grep -F -e "$REALNODE_POD_NET." -e "$REALNODE_BRIDGE" || true)
 	for h in $(hierarchies); do
 		for d in "$h/$FLEET_PREFIX-rn-"*; do [ -e "$d" ] && left+=("cgroup $d"); done
 	done

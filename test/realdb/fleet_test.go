@@ -34,7 +34,8 @@ type realFleet struct {
 // what the test changed on the host, put back), then `hack/fleet.sh down`
 // and `hack/realnode.sh check`, which fails the test on anything of the
 // real nodes left on the host (processes, namespaces, links, routes,
-// cgroups, mounts, iptables rules, state).
+// cgroups, mounts, iptables rules, state), and on a host folder a kubelet or
+// containerd writes by default (hostPaths) changed.
 func startRealFleet(ctx context.Context, t *testing.T, n realNet, beforeDown func()) *realFleet {
 	t.Helper()
 	root := repoRoot(t)
@@ -57,6 +58,7 @@ func startRealFleet(ctx context.Context, t *testing.T, n realNet, beforeDown fun
 	}
 	opts.Log = log
 	allEnv := opts.Env()
+	hostBefore := snapshotHostPaths(t)
 	t.Cleanup(func() {
 		// Cleanups run after the test's context is cancelled.
 		ctx := context.Background()
@@ -67,6 +69,7 @@ func startRealFleet(ctx context.Context, t *testing.T, n realNet, beforeDown fun
 		script(ctx, t, allEnv, 5*time.Minute, "fleet.sh", "down")
 		t.Logf("hack/fleet.sh down: %s", time.Since(down).Round(time.Second))
 		script(ctx, t, allEnv, time.Minute, "realnode.sh", "check")
+		requireHostPathsUnchanged(t, hostBefore, "after hack/fleet.sh down")
 		if t.Failed() {
 			t.Logf("hack/fleet.sh's output:\n%s", localfleet.TailFile(log.Name(), 16<<10))
 		}

@@ -110,7 +110,10 @@ func printedDir(out string) (string, error) {
 // network namespace), installs the real CloudNativePG operator (its webhooks
 // answer a server-side dry run) and a one-instance Cluster whose primary
 // answers SQL through its -rw Service, removes the node, and checks that
-// nothing it created is left on the host.
+// nothing it created is left on the host. On the way it checks the host's
+// safety: the fleet's credentials are its owner's alone, the kubelet refuses
+// anonymous requests, the host's own folders stay as they were, and
+// hack/fleet.sh down removes no folder but its volumes'.
 func TestRealNodeRunsPodsAndLeavesNothing(t *testing.T) {
 	requireRealNodes(t)
 	ctx := t.Context()
@@ -134,7 +137,11 @@ func TestRealNodeRunsPodsAndLeavesNothing(t *testing.T) {
 		script(ctx, t, env, 3*time.Minute, "realnode.sh", "down-all")
 		script(ctx, t, env, 3*time.Minute, "fleet.sh", "down")
 	})
+	hostBefore := snapshotHostPaths(t)
 	script(ctx, t, env, 30*time.Minute, "fleet.sh", "up")
+	requirePrivate(t, filepath.Join(dir, "fleet"))
+	// member-1's node at REALNODE_NODE_NET.0.11.
+	requireKubeletRefusesAnonymous(ctx, t, "10.223.0.11:10250")
 	// Again: a node that is up stays as it is.
 	if out := script(ctx, t, env, 5*time.Minute, "realnode.sh", "up", "member-1"); !strings.Contains(out, "node member-1-real is up") {
 		t.Fatalf("hack/realnode.sh up on a running node did not keep it:\n%s", out)
@@ -217,6 +224,14 @@ spec:
 		k(2*time.Minute, "", "delete", "pod", "psql", "--wait=true")
 	}
 
+	// The API server reaches the kubelet (logs above) with its client
+	// certificate; the pods left the host's folders alone.
+	requireHostPathsUnchanged(t, hostBefore, "while the node ran pods")
+	victims := plantVolumeVictims(t, func(m string) { k(time.Minute, m, "apply", "-f", "-") })
+
 	script(ctx, t, env, 3*time.Minute, "realnode.sh", "down", "member-1")
 	script(ctx, t, env, time.Minute, "realnode.sh", "check")
+	script(ctx, t, env, 3*time.Minute, "fleet.sh", "down")
+	victims()
+	requireHostPathsUnchanged(t, hostBefore, "after the node was removed")
 }

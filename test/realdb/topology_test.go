@@ -3,7 +3,6 @@ package realdb
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -54,10 +53,10 @@ type psFleet struct {
 	key     types.NamespacedName
 	image   string
 	user    string
-	// stopped and frozen members, put back by the cleanup.
+	// stopped and frozen members, and faults, put back by the cleanup.
 	mu      sync.Mutex
 	stopped map[string]bool
-	frozen  map[string]bool
+	frozen  map[string]localfleet.Undo
 }
 
 // TestPrimaryStandbyOnRealNodes runs a PrimaryStandby Database across two
@@ -71,6 +70,9 @@ type psFleet struct {
 //     MemberCluster.spec.replication with sslmode verify-full on the
 //     hub-issued certificates (pg_stat_wal_receiver on the standby,
 //     pg_stat_ssl and pg_stat_replication on the primary);
+//     1b. the link between the members cut, then lossy, then the standby's
+//     pod killed: no commit acknowledged while the standby cannot have it,
+//     every acknowledged one on the standby (linkFaults);
 //  2. a planned switchover through the hub while a writer inserts rows: every
 //     committed id is on the new primary, which takes writes, and the old
 //     primary is in recovery and replays a row written after it;
@@ -91,6 +93,9 @@ func TestPrimaryStandbyOnRealNodes(t *testing.T) {
 	a, b := members[0], members[1]
 
 	ok := t.Run("RowsOnTheStandbyOverVerifyFull", func(t *testing.T) { p.rowsOnStandby(ctx, t, a, b) })
+	if ok {
+		ok = t.Run("LinkFaultsLoseNoAcknowledgedCommit", func(t *testing.T) { p.linkFaults(ctx, t, a, b) })
+	}
 	var samples *sampler
 	if ok {
 		samples = p.startSampler(ctx, members)
@@ -109,11 +114,11 @@ func TestPrimaryStandbyOnRealNodes(t *testing.T) {
 
 func startPSFleet(t *testing.T) *psFleet {
 	ctx := t.Context()
-	p := &psFleet{t: t, stopped: map[string]bool{}, frozen: map[string]bool{}}
+	p := &psFleet{t: t, stopped: map[string]bool{}, frozen: map[string]localfleet.Undo{}}
 	r := startRealFleet(ctx, t, realNet{prefix: psPrefix, bridge: psBridge, nodeNet: psNodeNet, podNet: psPodNet, serviceNet: psServiceNet}, func() {
 		p.mu.Lock()
-		for m := range p.frozen {
-			_ = freezeNode(m, false)
+		for _, undo := range p.frozen {
+			_ = undo(context.Background())
 		}
 		p.mu.Unlock()
 	})
@@ -609,17 +614,6 @@ func (s *sampler) stopAndCheck(t *testing.T) {
 	t.Logf("sampler: %d samples of pg_is_in_recovery on both members through both switchovers, never two writable", s.samples)
 }
 
-// freezeNode freezes (or thaws) every process of member m's real node: its
-// kubelet, containerd, kube-proxy and every pod's processes (postgres
-// included), with the cgroup v1 freezer of the node's cgroup.
-func freezeNode(m string, freeze bool) error {
-	state := "THAWED"
-	if freeze {
-		state = "FROZEN"
-	}
-	return os.WriteFile(filepath.Join("/sys/fs/cgroup/freezer", psPrefix+"-rn-"+m, "freezer.state"), []byte(state), 0o644)
-}
-
 // Step 4: the primary member lost (its node frozen, its control plane
 // stopped), the standby promoted by a forced failover through the hub.
 func (p *psFleet) failover(ctx context.Context, t *testing.T, lost, next string) {
@@ -630,12 +624,13 @@ func (p *psFleet) failover(ctx context.Context, t *testing.T, lost, next string)
 	}
 	p.sqlEventually(ctx, t, next, "select count(*) from t where x = '"+mark+"'", 2*time.Minute, func(s string) bool { return s == "1" })
 
-	p.mu.Lock()
-	p.frozen[lost] = true
-	p.mu.Unlock()
-	if err := freezeNode(lost, true); err != nil {
+	thaw, err := p.lf.FreezeNode(lost)
+	if err != nil {
 		t.Fatal(err)
 	}
+	p.mu.Lock()
+	p.frozen[lost] = thaw
+	p.mu.Unlock()
 	t.Logf("%s's node frozen (kubelet, containerd, postgres)", lost)
 	if err := p.lf.StopMember(ctx, lost); err != nil {
 		t.Fatal(err)
@@ -687,7 +682,7 @@ func (p *psFleet) failover(ctx context.Context, t *testing.T, lost, next string)
 	p.mu.Lock()
 	delete(p.stopped, lost)
 	p.mu.Unlock()
-	if err := freezeNode(lost, false); err != nil {
+	if err := thaw(ctx); err != nil {
 		t.Fatal(err)
 	}
 	p.mu.Lock()
