@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/test/e2e"
 	"github.com/fleetdb/fleetdb/test/localfleet"
 )
 
@@ -160,4 +162,120 @@ func (p *psFleet) requireRows(ctx context.Context, t *testing.T, m string, ids [
 		}
 		time.Sleep(2 * time.Second)
 	}
+}
+
+// podIP is the address of the first pod matching selector in member m's
+// namespace ns.
+func (p *psFleet) podIP(ctx context.Context, t *testing.T, m, ns, selector string) string {
+	t.Helper()
+	out := strings.TrimSpace(kTry(ctx, p.f.Kubectl, p.f.Member(m).Kubeconfig, "-n", ns, "get", "pods", "-l", selector,
+		"-o", "jsonpath={.items[0].status.podIP}"))
+	if out == "" || strings.HasPrefix(out, "error:") {
+		t.Fatalf("%s: no pod %s in %s: %s", m, selector, ns, out)
+	}
+	return out
+}
+
+// Step 3b: a forced failover while the primary member's CloudNativePG
+// operator cannot reach its instance (CutAddresses between the two pods, on
+// the member's node): the instance runs on, its operator reports it with
+// isPrimary false and timeline 0, and the hub must not read that as
+// "demoted". The hub waits at Fence, naming the instance it cannot vouch
+// for, and the standby is not promoted while the cut lasts; once the
+// operator reads the instance again (demoted by its instance manager, which
+// reaches the API server itself) the failover finishes. Throughout, no
+// sample finds two writable members and every acknowledged id is on the new
+// primary.
+func (p *psFleet) failoverWithBlindOperator(ctx context.Context, t *testing.T, primary, next string) {
+	start := time.Now()
+	samples := p.startSampler(ctx, []string{primary, next})
+	w := p.startWriter(ctx, 7000, []string{primary, next})
+	operator := p.podIP(ctx, t, primary, "cnpg-system", "app.kubernetes.io/name=cloudnative-pg")
+	instance := p.podIP(ctx, t, primary, p.key.Namespace, "cnpg.io/cluster="+p.key.Name+",cnpg.io/podRole=instance")
+	undo, err := p.lf.CutAddresses(ctx, primary, operator, instance)
+	if err != nil {
+		w.finish()
+		t.Fatal(err)
+	}
+	heal := p.faultCleanup(t, undo)
+	t.Logf("%s: CloudNativePG's operator (%s) cut off from the instance (%s)", primary, operator, instance)
+	e2e.UpdateDatabase(ctx, t, p.f, p.key, func(d *fleetv1alpha1.Database) {
+		d.Spec.Topology.PrimaryCluster = next
+		d.Spec.Topology.Failover = &fleetv1alpha1.FailoverSpec{TargetCluster: next, Reason: "realdb: " + primary + "'s operator cut off"}
+	})
+	// While the cut lasts: the hub waits at Fence and says why; the target
+	// is not promoted.
+	var said string
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+		db := &fleetv1alpha1.Database{}
+		if err := p.f.Hub.Client.Get(ctx, p.key, db); err != nil {
+			continue
+		}
+		top := db.Status.Topology
+		if top == nil || top.Switchover == nil {
+			if top != nil && top.PrimaryCluster == next {
+				w.finish()
+				t.Fatalf("the hub promoted %s while %s's operator could not read its instance", next, primary)
+			}
+			continue
+		}
+		if top.Switchover.Step == fleetv1alpha1.StepPromote || top.Switchover.Step == fleetv1alpha1.StepDone {
+			w.finish()
+			t.Fatalf("the failover reached %s while %s's operator could not read its instance: %s", top.Switchover.Step, primary, top.Switchover.Message)
+		}
+		if strings.Contains(top.Switchover.Message, "could not read instance") {
+			said = top.Switchover.Message
+			if time.Since(start) > 30*time.Second {
+				break
+			}
+		}
+	}
+	if said == "" {
+		w.finish()
+		t.Fatalf("the hub never said it waits for a report of %s's instance, which its operator cannot read", primary)
+	}
+	if out, err := p.sql(ctx, next, "select pg_is_in_recovery()"); err != nil || out != "t" {
+		t.Errorf("%s, the failover's target, is not in recovery while the old primary is unproven: %q %v", next, out, err)
+	}
+	t.Logf("the hub waits at Fence: %q", said)
+	if err := heal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	healed := time.Now()
+	for deadline := time.Now().Add(p.f.Intervals.Ready); ; time.Sleep(2 * time.Second) {
+		db := &fleetv1alpha1.Database{}
+		err := p.f.Hub.Client.Get(ctx, p.key, db)
+		if err == nil && db.Status.Topology != nil && db.Status.Topology.PrimaryCluster == next && db.Status.Topology.Switchover == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			w.finish()
+			t.Fatalf("the failover to %s did not finish after the cut healed: %+v %v", next, db.Status.Topology, err)
+		}
+	}
+	t.Logf("cut healed: the failover to %s finished %s later", next, time.Since(healed).Round(time.Second))
+	// The new primary takes writes.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
+		out, err := p.sql(ctx, next, "select count(*) from w where at = '"+next+"' and id > 7000 and id < 8000")
+		if n, _ := strconv.Atoi(out); err == nil && n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			w.finish()
+			t.Fatalf("%s took no writes after the failover: %q %v", next, out, err)
+		}
+	}
+	committed, refused := w.finish()
+	samples.stopAndCheck(t)
+	p.requireRows(ctx, t, next, committed, "before, during and after the failover")
+	t.Logf("writer: %d ids committed, %d inserts refused while no member took writes", len(committed), refused)
+	// The old primary, demoted while the hub could see it, follows the new
+	// one: once it reports the new timeline the hub releases it from the
+	// fence (docs/cloudnativepg.md: a standby reports the timeline of its
+	// last restartpoint; CHECKPOINT on a standby makes one now instead of at
+	// checkpoint_timeout).
+	p.sqlEventually(ctx, t, primary, "checkpoint", 2*time.Minute, func(string) bool { return true })
+	p.waitStable(ctx, t, next)
+	t.Logf("%s follows %s again, TopologyStable (%s after the cut healed)", primary, next, time.Since(healed).Round(time.Second))
+	t.Logf("step 3b took %s", time.Since(start).Round(time.Second))
 }

@@ -79,9 +79,13 @@ type psFleet struct {
 //  3. the hub SIGKILLed in the switchover back (at WaitDemotion) and started
 //     again: the switchover finishes, and no sample of pg_is_in_recovery on
 //     both members (taken through steps 2 and 3) found two writable members;
-//  4. the primary member lost (its node frozen, its control plane stopped):
-//     the standby promoted by spec.topology.failover takes writes; the old
-//     primary, back, does not.
+//     3b. a forced failover while the primary member's operator cannot read
+//     its instance: the hub waits at Fence until it can, never two writable
+//     members, every acknowledged id on the new primary
+//     (failoverWithBlindOperator);
+//  4. the primary member (member-2 by then) lost (its node frozen, its
+//     control plane stopped): the standby promoted by spec.topology.failover
+//     takes writes; the old primary, back, does not.
 //
 // Every object fleetdb writes must pass CloudNativePG's webhooks (a refusal
 // fails the test with the webhook's message).
@@ -108,7 +112,10 @@ func TestPrimaryStandbyOnRealNodes(t *testing.T) {
 		})
 	}
 	if ok {
-		t.Run("ForcedFailoverFromAFrozenPrimary", func(t *testing.T) { p.failover(ctx, t, a, b) })
+		ok = t.Run("ForcedFailoverWaitsWhileTheOperatorCannotReadThePrimary", func(t *testing.T) { p.failoverWithBlindOperator(ctx, t, a, b) })
+	}
+	if ok {
+		t.Run("ForcedFailoverFromAFrozenPrimary", func(t *testing.T) { p.failover(ctx, t, b, a) })
 	}
 }
 
