@@ -28,6 +28,8 @@ import (
 
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/fleetdb/fleetdb/test/repo"
 )
 
 type config struct {
@@ -86,7 +88,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -burst-placement must be spread or all")
 		os.Exit(2)
 	}
-	root, err := repoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
@@ -145,25 +147,6 @@ func main() {
 	if runErr != nil {
 		stop()
 		os.Exit(1)
-	}
-}
-
-// repoRoot finds the fleetdb module root from the working directory.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
-			strings.Contains(string(b), "module github.com/fleetdb/fleetdb\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("run the benchmark inside the fleetdb repository")
-		}
-		dir = parent
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/fleetdb/fleetdb/test/bench/scale"
 	"github.com/fleetdb/fleetdb/test/localfleet"
+	"github.com/fleetdb/fleetdb/test/repo"
 )
 
 // memberMiB is what a kwok member of the local fleet costs in memory, and
@@ -83,7 +84,7 @@ func runScale(cfg config, sc *scaleConfig) int {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
 	}
-	root, err := repoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2

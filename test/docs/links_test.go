@@ -6,12 +6,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fleetdb/fleetdb/test/repo"
 )
 
 // TestLinks: no tracked (or new, not ignored) Markdown file of the repository
 // has a dead relative link or a dead #anchor.
 func TestLinks(t *testing.T) {
-	root := repoRoot(t)
+	root := repo.RootT(t)
 	files := markdownFiles(t, root)
 	if len(files) < 10 {
 		t.Fatalf("found only %d Markdown files under %s: %v", len(files), root, files)
@@ -124,26 +126,6 @@ func write(t *testing.T, dir, name, body string) {
 	}
 }
 
-// repoRoot is the folder holding the main module's go.mod.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
-			strings.Contains(string(b), "module github.com/fleetdb/fleetdb\n") {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod of github.com/fleetdb/fleetdb above the test")
-		}
-		dir = parent
-	}
-}
-
 // markdownFiles lists the repository's .md files git knows or would add
 // (tracked, and untracked but not ignored), as slash paths. Without git (a
 // source archive) it walks the tree, leaving out hidden and build folders.
@@ -198,7 +180,7 @@ func walkMarkdown(t *testing.T, root string) []string {
 // TestREADMEFitsOnAFewScreens keeps the README short, with the two commands
 // on its first screen; everything else belongs on a page under docs/.
 func TestREADMEFitsOnAFewScreens(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	b, err := os.ReadFile(filepath.Join(repo.RootT(t), "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/test/repo"
 )
 
 // Scheme knows the built-in types and fleetdb's API.
@@ -303,8 +303,12 @@ func AssetsDir() (string, error) {
 	return assetsDir, assetsErr
 }
 
-// RepoRoot is the root of the fleetdb module.
+// RepoRoot is the root of the fleetdb module (test/repo.Root); outside the
+// checkout it panics: no test of this repository runs there.
 func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	root, err := repo.Root()
+	if err != nil {
+		panic(err)
+	}
+	return root
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -26,22 +25,13 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	fleetv1alpha1 "github.com/fleetdb/fleetdb/apis/v1alpha1"
+	"github.com/fleetdb/fleetdb/test/repo"
 )
-
-// repoRoot is the repository's top folder.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate the test source")
-	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
 
 // path is a file of the repository.
 func path(t *testing.T, rel string) string {
 	t.Helper()
-	return filepath.Join(repoRoot(t), filepath.FromSlash(rel))
+	return filepath.Join(repo.RootT(t), filepath.FromSlash(rel))
 }
 
 func readFile(t *testing.T, rel string) string {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetdb/fleetdb/test/e2e"
 	"github.com/fleetdb/fleetdb/test/localfleet"
+	"github.com/fleetdb/fleetdb/test/repo"
 )
 
 // realNet is a real-node fleet's own prefix, bridge and address ranges: two
@@ -38,7 +39,7 @@ type realFleet struct {
 // containerd writes by default (hostPaths) changed.
 func startRealFleet(ctx context.Context, t *testing.T, n realNet, beforeDown func()) *realFleet {
 	t.Helper()
-	root := repoRoot(t)
+	root := repo.RootT(t)
 	start := time.Now()
 	r := &realFleet{work: t.TempDir()}
 	images := scriptDir(ctx, t, 60*time.Minute, "realnode-images.sh")

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetdb/fleetdb/test/repo"
 )
 
 // ip runs the ip command and fails the test when it fails.
@@ -72,7 +74,7 @@ func TestRealNodeLeavesWhatItDidNotMake(t *testing.T) {
 	if !routeExists(t, route) {
 		t.Errorf("hack/realnode.sh down member-1 deleted the host's route to %s, which it did not add", route)
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot(t), "hack", "realnode.sh"), "down", "member-2")
+	cmd := exec.CommandContext(ctx, filepath.Join(repo.RootT(t), "hack", "realnode.sh"), "down", "member-2")
 	cmd.Env = append(os.Environ(), env...)
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "not this fleet's") {
 		t.Errorf("hack/realnode.sh down member-2 on another fleet's node: want a refusal, got %v:\n%s", err, out)

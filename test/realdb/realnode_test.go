@@ -15,20 +15,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
-)
 
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot find the repository root")
-	}
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
+	"github.com/fleetdb/fleetdb/test/repo"
+)
 
 // requireRealNodes skips the test unless real nodes were asked for.
 func requireRealNodes(t *testing.T) {
@@ -48,7 +40,7 @@ func script(ctx context.Context, t *testing.T, env []string, timeout time.Durati
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot(t), "hack", name), args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(repo.RootT(t), "hack", name), args...)
 	cmd.Env = append(os.Environ(), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -70,7 +62,7 @@ func scriptDir(ctx context.Context, t *testing.T, timeout time.Duration, name st
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot(t), "hack", name))
+	cmd := exec.CommandContext(ctx, filepath.Join(repo.RootT(t), "hack", name))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

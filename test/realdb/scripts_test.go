@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetdb/fleetdb/test/repo"
 )
 
 // TestPrintedDir is the guard on what the build-and-print scripts' callers
@@ -124,7 +126,7 @@ esac
 	}
 	run := func() (stdout, stderr string) {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, filepath.Join(repoRoot(t), "hack", "toolchain.sh"))
+		cmd := exec.CommandContext(ctx, filepath.Join(repo.RootT(t), "hack", "toolchain.sh"))
 		cmd.Env = append(os.Environ(), "FLEETDB_TOOLS_DIR="+parent,
 			"PATH="+fakeBin+string(os.PathListSeparator)+os.Getenv("PATH"), "FAKE_GO_FROM="+cached)
 		var out, errOut bytes.Buffer
@@ -175,7 +177,7 @@ esac
 // not trusted, and toolcache_remove removes nothing but a folder named in
 // the tools parent.
 func TestToolCacheRecord(t *testing.T) {
-	lib := filepath.Join(repoRoot(t), "hack", "lib", "toolcache.sh")
+	lib := filepath.Join(repo.RootT(t), "hack", "lib", "toolcache.sh")
 	// sh runs a bash snippet with the library sourced and returns its exit
 	// code and standard error.
 	sh := func(snippet string, args ...string) (int, string) {

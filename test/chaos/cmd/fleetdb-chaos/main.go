@@ -27,6 +27,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/fleetdb/fleetdb/test/chaos"
+	"github.com/fleetdb/fleetdb/test/repo"
 )
 
 func main() {
@@ -61,7 +62,7 @@ func main() {
 	}
 	cfg.ConvergeTimeout = converge
 	cfg.HubArgs = strings.Fields(hubArgs)
-	root, err := repoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		os.Exit(2)
@@ -102,23 +103,4 @@ func main() {
 	}
 	stop()
 	os.Exit(1)
-}
-
-// repoRoot finds the fleetdb module root from the working directory.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
-			strings.Contains(string(b), "module github.com/fleetdb/fleetdb\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("run inside the fleetdb repository")
-		}
-		dir = parent
-	}
 }
