@@ -101,9 +101,13 @@ type cnpgSim struct {
 	// holdRestartpoint: members whose standbys make none.
 	restartpoint     time.Duration
 	holdRestartpoint map[string]bool
-	lsn              int64                // the simulated WAL position, for the demotion tokens
-	diverged         map[string]bool      // member/ns/name -> cannot follow a new timeline
-	uids             map[string]types.UID // member/ns/name -> the Cluster it plays
+	lsn              int64           // the simulated WAL position, for the demotion tokens
+	diverged         map[string]bool // member/ns/name -> cannot follow a new timeline
+	// ahead: members whose standbys received WAL the others did not (in
+	// flight when a primary was lost): a forced promotion of another member
+	// diverges them too.
+	ahead map[string]bool
+	uids  map[string]types.UID // member/ns/name -> the Cluster it plays
 	// seen is the resourceVersion of each Cluster (member/ns/name) when the
 	// sim last looked: a new one is a reconcile.
 	seen map[string]string
@@ -131,7 +135,7 @@ func newCNPGSim(e *env, delay time.Duration) *cnpgSim {
 		tokens: map[string]bool{}, timeline: map[string]int64{}, reported: map[string]int64{}, replayed: map[string]time.Time{},
 		restartpoint: 2 * time.Second, holdRestartpoint: map[string]bool{}, diverged: map[string]bool{}, uids: map[string]types.UID{},
 		systemIDs: map[string]string{}, seen: map[string]string{}, reconciles: map[string]int{}, frozen: map[string]bool{}, unhealthy: map[string]bool{}, blind: map[string]bool{},
-		holdDemotion: map[string]bool{}, used: map[string]bool{}, unrecoverable: map[string]bool{}}
+		holdDemotion: map[string]bool{}, used: map[string]bool{}, unrecoverable: map[string]bool{}, ahead: map[string]bool{}}
 }
 
 // holdDemotions keeps m's demotions in progress (on) or lets them finish.
@@ -210,6 +214,16 @@ func (s *cnpgSim) setBlind(m string, on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.blind[m] = on
+}
+
+// setAhead has m's standbys hold WAL the other members' do not (on): a
+// forced promotion of another member then leaves them on a timeline branch
+// they can never leave (CloudNativePG runs no pg_rewind for a replica
+// cluster), though they report healthy standbys.
+func (s *cnpgSim) setAhead(m string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ahead[m] = on
 }
 
 func (s *cnpgSim) setUnhealthy(m string, on bool) {
@@ -347,7 +361,8 @@ func (s *cnpgSim) transition(m string, u *unstructured.Unstructured, self, prima
 }
 
 // promote makes key act as a primary on a new timeline; a promotion without
-// a token diverges every other member still acting as a primary.
+// a token diverges every other member still acting as a primary, and every
+// member whose standbys are ahead (setAhead).
 func (s *cnpgSim) promote(key, db string, forced bool) {
 	tl := int64(0)
 	for other, t := range s.timeline {
@@ -355,7 +370,7 @@ func (s *cnpgSim) promote(key, db string, forced bool) {
 			continue
 		}
 		tl = max(tl, t)
-		if forced && other != key && s.acting[other] {
+		if m, _, _ := strings.Cut(other, "/"); forced && other != key && (s.acting[other] || s.ahead[m]) {
 			s.diverged[other] = true
 		}
 	}

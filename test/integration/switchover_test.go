@@ -31,6 +31,9 @@ func TestTopology(t *testing.T) {
 	t.Run("a forced promotion fences the lost primary, which stays fenced until rebuilt; a target that does not stream is refused", func(t *testing.T) { testForcedFailover(t, e, sim) })
 	t.Run("a forced promotion demotes a reachable old primary and sees it demoted before promoting", func(t *testing.T) { testForcedFailoverReachable(t, e, sim) })
 	t.Run("a forced promotion waits while the old primary's operator cannot read its instance", func(t *testing.T) { testForcedFailoverUnread(t, e, sim) })
+	t.Run("after a forced promotion a standby that never reports the new timeline is named, and stays a synchronous standby", func(t *testing.T) {
+		testForcedFailoverDivergedStandby(t, e, sim)
+	})
 	t.Run("a Synchronous primary without a reachable standby says its commits wait; Asynchronous renders no synchronous standbys", func(t *testing.T) {
 		testDurability(t, e)
 	})
@@ -43,6 +46,64 @@ func TestTopology(t *testing.T) {
 	t.Run("a standby member switches to a rotated password only after the primary member changed it", func(t *testing.T) {
 		testRotationStandbyAfterPrimary(t, e, sim)
 	})
+}
+
+// testForcedFailoverDivergedStandby: three members; m1, the primary, is lost
+// and m2 promoted without a token while m3's standby had received WAL m2
+// never had (sim.setAhead). m3 then reports a healthy standby whose spec
+// follows m2 but never m2's timeline: before the hub required the proof,
+// TopologyStable turned True (once m1 was rebuilt) while m3 served frozen
+// reads and m2's commits waited for it. Now the condition names m3 with
+// what to do, m3 stays one of m2's synchronous standbys (nothing is
+// acknowledged by m2 alone), and rebuilt (its Cluster deleted, re-created as
+// a clone of m2) m3 streams and is no longer named.
+func testForcedFailoverDivergedStandby(t *testing.T, e *env, sim *cnpgSim) {
+	g := NewWithT(t)
+	ns := e.namespace("topo-diverged")
+	members := []string{"m1", "m2", "m3"}
+	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "parts", "m1", members...))).To(Succeed())
+	e.expectStable(g, ns, "parts", "m1", members...)
+
+	sim.freeze("m1", true)
+	e.proxies["m1"].Cut()
+	sim.setAhead("m3", true)
+	defer func() {
+		_ = e.proxies["m1"].Restore()
+		sim.freeze("m1", false)
+		sim.setAhead("m3", false)
+	}()
+	g.Eventually(func(g Gomega) {
+		c := condition(e.getDB(ns, "parts").Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
+		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonPrimaryUnreachable), c.Message)
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	e.setFailover(g, ns, "parts", "m2", "m1 lost")
+	named := func(g Gomega) {
+		db := e.getDB(ns, "parts")
+		c := condition(db.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
+		g.Expect(db.Status.Topology.PrimaryCluster).To(Equal("m2"), c.Message)
+		g.Expect(db.Status.Topology.Switchover).To(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Message).To(And(ContainSubstring("not yet shown to stream from it: m3 (m3 on timeline 1, m2 on timeline 2)"),
+			ContainSubstring("rebuild it by deleting its CloudNativePG Cluster in that member")))
+		p, _ := e.replicaOf(g, "m3", ns, "parts")
+		g.Expect(p).To(Equal("m2"))
+	}
+	g.Eventually(named).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Consistently(named).WithTimeout(3 * time.Second).WithPolling(poll).Should(Succeed())
+	g.Expect(e.synchronousStandbys(g, "m2", ns, "parts")).To(Equal([]any{"fleetdb:m3"}))
+
+	// Rebuilt: the hub re-creates m3's Cluster as a clone of m2.
+	sim.setAhead("m3", false)
+	u := member.NewCNPGCluster()
+	u.SetNamespace(ns)
+	u.SetName("parts")
+	g.Expect(e.member("m3").Delete(e.ctx, u)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		db := e.getDB(ns, "parts")
+		c := condition(db.Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
+		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonFenced), c.Message) // m1, lost, stays fenced
+		g.Expect(c.Message).NotTo(ContainSubstring("not yet shown to stream"))
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 }
 
 // testRotationStandbyAfterPrimary: a standby member's database is a replica

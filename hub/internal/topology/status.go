@@ -48,12 +48,20 @@ func (t *Pass) summarise() {
 		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonPrimaryUnreachable, "the primary "+p+
 			" is unreachable; fleetdb does not fail over by itself: to promote a standby, set spec.topology.primaryCluster and spec.topology.failover.targetCluster to it")
 	case len(st.Fenced) > 0:
-		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonFenced, t.fencedMessage())
+		msg := t.fencedMessage()
+		if unproven := t.unprovenSinceForced(); len(unproven) > 0 {
+			msg += "; and " + unprovenMessage(p, unproven)
+		}
+		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonFenced, msg)
 	case pv.Replication == nil || pv.Replication.Primary != p || !pv.Replication.Healthy:
 		set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonPrimaryNotReady, "waiting for "+p+"'s Cluster to be a healthy primary")
 	default:
 		if behind := t.notFollowing(); len(behind) > 0 {
 			set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonStandbyNotFollowing, "waiting for "+strings.Join(behind, ", ")+" to follow "+p)
+			return
+		}
+		if unproven := t.unprovenSinceForced(); len(unproven) > 0 {
+			set(fleetv1alpha1.TopologyDegraded, fleetv1alpha1.ReasonStandbyNotFollowing, unprovenMessage(p, unproven))
 			return
 		}
 		if msg := t.commitsWaiting(); msg != "" {
@@ -114,6 +122,54 @@ func (t *Pass) fencedMessage() string {
 		}
 	}
 	return "replaced by a forced promotion: " + strings.Join(parts, "; ")
+}
+
+// unprovenSinceForced are the standbys, other than the fenced old primary,
+// that have not shown they stream from the primary since a forced promotion
+// made it one, each with what they report. A forced promotion has no
+// demotion token: a standby of the lost primary may have received WAL the
+// promoted one never had (in flight when the primary was lost), and such a
+// standby can never follow the new timeline (CloudNativePG runs no
+// pg_rewind for a replica cluster, docs/cloudnativepg.md) while it still
+// reports a healthy standby whose spec follows the new primary. Only its
+// report of the new primary's system identifier and timeline proves it
+// streams (ReplicationStatus.StreamsFrom): until then the topology is not
+// stable, the hub asks CloudNativePG for the report (a standby reports the
+// timeline of its last restartpoint, see ReportRequest), and one that never
+// reports it is named with what to do. It stays in the primary's
+// synchronous standbys: commits wait for it rather than be acknowledged by
+// the primary alone (durability Synchronous).
+func (t *Pass) unprovenSinceForced() []string {
+	p := t.Status.PrimaryCluster
+	last := t.Status.LastSwitchover
+	if last == nil || last.Kind != fleetv1alpha1.SwitchoverForced || last.To != p || t.Status.Switchover != nil {
+		return nil
+	}
+	pr := t.in.Views[p].Replication
+	if pr == nil {
+		return nil
+	}
+	var out []string
+	for _, m := range slices.Sorted(maps.Keys(t.in.Targets)) {
+		v := t.in.Views[m]
+		if m == p || v.Unreachable || v.Replication == nil || v.Replication.Primary != p || slices.Contains(t.Status.Fenced, m) {
+			continue
+		}
+		if !v.Replication.StreamsFrom(pr) {
+			t.await(m, t.fencedSince())
+			out = append(out, m+" ("+streamGap(m, v.Replication, p, pr)+")")
+		}
+	}
+	return out
+}
+
+// unprovenMessage says which standbys have not shown they stream from the
+// primary p since its forced promotion, and what to do if they never do.
+func unprovenMessage(p string, unproven []string) string {
+	return "since the forced promotion of " + p + ", not yet shown to stream from it: " + strings.Join(unproven, ", ") +
+		"; a standby reports the new timeline at its next restartpoint (the hub asks for it). If it never does, it diverged (it had WAL " + p +
+		" never had; no pg_rewind): rebuild it by deleting its CloudNativePG Cluster in that member (re-created as a clone of " + p +
+		"); until then a switchover to it is refused and Synchronous commits wait for it"
 }
 
 // abortHint says what a person can do about a stopped switchover.
