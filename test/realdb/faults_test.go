@@ -71,7 +71,7 @@ func (p *psFleet) linkFaults(ctx context.Context, t *testing.T, primary, standby
 			}
 		}()
 	}
-	waiting := p.sqlEventually(ctx, t, primary, "select count(*) from pg_stat_activity where wait_event = 'SyncRep'", 20*time.Second,
+	waiting := p.sqlEventually(ctx, t, primary, "select count(*) from pg_stat_activity where wait_event = 'SyncRep'", time.Minute,
 		func(s string) bool { return s != "0" })
 	wg.Wait()
 	if len(acked) > 0 {
