@@ -203,39 +203,36 @@ func iptables(ctx context.Context, ns string, args ...string) error {
 	return nil
 }
 
-// freezerFile is the freezer control file of a cgroup below member's node
-// cgroup (cgroup v1: freezer.state; cgroup v2: cgroup.freeze) and the value
-// that freezes it.
-func (f *Fleet) freezerFile(member string, below ...string) (string, string, error) {
-	rel := filepath.Join(append([]string{f.nodeNamespace(member)}, below...)...)
-	if v1 := filepath.Join("/sys/fs/cgroup/freezer", rel, "freezer.state"); fileExists(v1) {
-		return v1, "FROZEN", nil
+// freezer is the cgroup hierarchy that has the freezer — cgroup v1's
+// freezer controller where it is mounted (this host: v1 with v2 beside it),
+// else the unified v2 hierarchy — with its control file and the values that
+// freeze and thaw.
+func freezer() (root, file, frozen, thawed string) {
+	if fileExists("/sys/fs/cgroup/freezer") {
+		return "/sys/fs/cgroup/freezer", "freezer.state", "FROZEN", "THAWED"
 	}
-	if v2 := filepath.Join("/sys/fs/cgroup", rel, "cgroup.freeze"); fileExists(v2) {
-		return v2, "1", nil
-	}
-	return "", "", fmt.Errorf("no freezer for %s of %s's real node", filepath.Join(below...), member)
+	return "/sys/fs/cgroup", "cgroup.freeze", "1", "0"
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
-// freeze writes the freezer of a cgroup below member's node cgroup and
+// nodeCgroup is member's node cgroup in the freezer's hierarchy.
+func (f *Fleet) nodeCgroup(member string) string {
+	root, _, _, _ := freezer()
+	return filepath.Join(root, f.nodeNamespace(member))
+}
+
+// freeze freezes the cgroup dir (member's node cgroup or one below it) and
 // returns its thaw.
-func (f *Fleet) freeze(member string, below ...string) (Undo, error) {
-	file, frozen, err := f.freezerFile(member, below...)
-	if err != nil {
-		return nil, err
-	}
-	thawed := "THAWED"
-	if frozen == "1" {
-		thawed = "0"
-	}
-	if err := os.WriteFile(file, []byte(frozen), 0o644); err != nil {
-		return nil, fmt.Errorf("freezing %s: %w", file, err)
+func freeze(dir string) (Undo, error) {
+	_, file, frozen, thawed := freezer()
+	path := filepath.Join(dir, file)
+	if err := os.WriteFile(path, []byte(frozen), 0o644); err != nil {
+		return nil, fmt.Errorf("freezing %s: %w", path, err)
 	}
 	return func(context.Context) error {
-		if err := os.WriteFile(file, []byte(thawed), 0o644); err != nil {
-			return fmt.Errorf("thawing %s: %w", file, err)
+		if err := os.WriteFile(path, []byte(thawed), 0o644); err != nil {
+			return fmt.Errorf("thawing %s: %w", path, err)
 		}
 		return nil
 	}, nil
@@ -245,16 +242,16 @@ func (f *Fleet) freeze(member string, below ...string) (Undo, error) {
 // containerd, kube-proxy and every pod's — as a node that hangs: its
 // connections stay open and nothing answers. The member's control plane runs
 // on (StopMember stops it).
-func (f *Fleet) FreezeNode(member string) (Undo, error) { return f.freeze(member) }
+func (f *Fleet) FreezeNode(member string) (Undo, error) { return freeze(f.nodeCgroup(member)) }
 
 // FreezePod freezes the processes of one pod (by its UID) on member's real
 // node: a hung process, while the node and its kubelet run on.
 func (f *Fleet) FreezePod(member, podUID string) (Undo, error) {
-	rel, err := f.podCgroup(member, podUID)
+	dir, err := f.podCgroup(member, podUID)
 	if err != nil {
 		return nil, err
 	}
-	return f.freeze(member, rel)
+	return freeze(dir)
 }
 
 // KillPod sends SIGKILL to every process of one pod (by its UID) on
@@ -262,13 +259,9 @@ func (f *Fleet) FreezePod(member, podUID string) (Undo, error) {
 // shutdown, no API call; the kubelet restarts the containers as their
 // restart policy says. It returns how many processes it signalled.
 func (f *Fleet) KillPod(member, podUID string) (int, error) {
-	rel, err := f.podCgroup(member, podUID)
+	dir, err := f.podCgroup(member, podUID)
 	if err != nil {
 		return 0, err
-	}
-	dir := filepath.Join("/sys/fs/cgroup/freezer", f.nodeNamespace(member), rel)
-	if !fileExists(dir) {
-		dir = filepath.Join("/sys/fs/cgroup", f.nodeNamespace(member), rel)
 	}
 	n := 0
 	err = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
@@ -297,28 +290,22 @@ func (f *Fleet) KillPod(member, podUID string) (int, error) {
 }
 
 // podCgroup finds a pod's cgroup (the kubelet's cgroupfs layout, pod<uid>
-// under kubepods, by QoS class) below member's node cgroup, relative to it.
+// under kubepods, by QoS class) below member's node cgroup.
 func (f *Fleet) podCgroup(member, podUID string) (string, error) {
 	want := "pod" + podUID
-	for _, root := range []string{"/sys/fs/cgroup/freezer", "/sys/fs/cgroup"} {
-		base := filepath.Join(root, f.nodeNamespace(member))
-		if !fileExists(base) {
-			continue
+	var found string
+	_ = filepath.WalkDir(f.nodeCgroup(member), func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil //nolint:nilerr // a cgroup that went while walking is no match
 		}
-		var found string
-		_ = filepath.WalkDir(base, func(path string, d os.DirEntry, err error) error {
-			if err != nil || !d.IsDir() {
-				return nil //nolint:nilerr // a cgroup that went while walking is no match
-			}
-			if d.Name() == want {
-				found = path
-				return filepath.SkipAll
-			}
-			return nil
-		})
-		if found != "" {
-			return filepath.Rel(base, found)
+		if d.Name() == want {
+			found = path
+			return filepath.SkipAll
 		}
+		return nil
+	})
+	if found == "" {
+		return "", fmt.Errorf("no cgroup of pod %s on %s's real node", podUID, member)
 	}
-	return "", fmt.Errorf("no cgroup of pod %s on %s's real node", podUID, member)
+	return found, nil
 }

@@ -3,7 +3,6 @@ package realdb
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,26 +13,6 @@ import (
 	"github.com/fleetdb/fleetdb/test/e2e"
 	"github.com/fleetdb/fleetdb/test/localfleet"
 )
-
-// sqlWithin is sql with its own deadline: the client (kubectl exec, and
-// psql with it) is ended at d, as an application that gives up; nothing
-// cancels the statement inside PostgreSQL (a cancel during a synchronous
-// commit's wait would report the commit as done: "canceling the wait for
-// synchronous replication", the transaction committed locally).
-func (p *psFleet) sqlWithin(ctx context.Context, m, query string, d time.Duration) (string, error) {
-	pod := p.instance(ctx, m)
-	if pod == "" {
-		return "", fmt.Errorf("%s: no instance pod", m)
-	}
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, p.f.Kubectl, "--kubeconfig", p.f.Member(m).Kubeconfig, "-n", p.key.Namespace,
-		"exec", pod, "-c", "postgres", "--", "psql", "-v", "ON_ERROR_STOP=1", "-XAtc", query, p.user).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("%s/%s: %w: %s", m, pod, err, strings.TrimSpace(string(out)))
-	}
-	return strings.TrimSpace(string(out)), nil
-}
 
 // Step 1b: faults between the members (test/localfleet's fault helpers, the
 // way a user meets them), with the primary's commits synchronous to the

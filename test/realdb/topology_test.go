@@ -3,6 +3,7 @@ package realdb
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -327,18 +328,31 @@ func (p *psFleet) instance(ctx context.Context, m string) string {
 }
 
 // sql runs psql as the postgres user over the instance's socket in member
-// m (the member API's exec) and returns its output, or an error.
+// m (the member API's exec), with a minute's deadline (sqlWithin), and
+// returns its output, or an error.
 func (p *psFleet) sql(ctx context.Context, m, query string) (string, error) {
+	return p.sqlWithin(ctx, m, query, time.Minute)
+}
+
+// sqlWithin runs psql as the postgres user over the instance's socket in
+// member m (the member API's exec) with a deadline: the client (kubectl
+// exec, and psql with it) is ended at d, as an application that gives up;
+// nothing cancels the statement inside PostgreSQL (a cancel during a synchronous
+// commit's wait would report the commit as done: "canceling the wait for
+// synchronous replication", the transaction committed locally).
+func (p *psFleet) sqlWithin(ctx context.Context, m, query string, d time.Duration) (string, error) {
 	pod := p.instance(ctx, m)
 	if pod == "" {
 		return "", fmt.Errorf("%s: no instance pod", m)
 	}
-	out := kTry(ctx, p.f.Kubectl, p.f.Member(m).Kubeconfig, "-n", p.key.Namespace, "exec", pod, "-c", "postgres", "--",
-		"psql", "-v", "ON_ERROR_STOP=1", "-XAtc", query, p.user)
-	if strings.HasPrefix(out, "error:") {
-		return "", fmt.Errorf("%s/%s: %s", m, pod, strings.TrimSpace(out))
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, p.f.Kubectl, "--kubeconfig", p.f.Member(m).Kubeconfig, "-n", p.key.Namespace,
+		"exec", pod, "-c", "postgres", "--", "psql", "-v", "ON_ERROR_STOP=1", "-XAtc", query, p.user).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s/%s: %w: %s", m, pod, err, strings.TrimSpace(string(out)))
 	}
-	return strings.TrimSpace(out), nil
+	return strings.TrimSpace(string(out)), nil
 }
 
 // sqlEventually retries a query until its output satisfies ok.
