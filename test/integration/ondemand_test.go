@@ -357,6 +357,23 @@ func testRestore(t *testing.T, e *env, ns string) {
 	}).WithTimeout(2 * memberCallTimeout).WithPolling(poll).Should(Succeed())
 }
 
+// statusSettled waits until ns/name's resourceVersion stayed the same for
+// two seconds and returns it.
+func (e *env) statusSettled(g Gomega, ns, name string) string {
+	last, quiet := "", 0
+	g.Eventually(func() bool {
+		rv := e.getDB(ns, name).ResourceVersion
+		if rv == last {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		last = rv
+		return quiet >= 2
+	}).WithTimeout(eventually).WithPolling(time.Second).Should(BeTrue())
+	return last
+}
+
 func (e *env) expectNoClientService(g Gomega, m, ns, name string) {
 	err := e.member(m).Get(e.ctx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.Service{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no client Service %s in %s before the restore: %v", name, m, err)
@@ -386,8 +403,10 @@ func testRestoreWaits(t *testing.T, e *env, ns string) {
 		g.Expect(condition(got.Status.Conditions, fleetv1alpha1.ConditionStalled)).To(HaveField("Status", metav1.ConditionTrue))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	e.expectNoClientService(g, "m1", ns, "elsewhere")
-	// Stalled is steady: no status write per pass.
-	rv := e.getDB(ns, "elsewhere").ResourceVersion
+	// Stalled is steady: no status write per pass. The member's own report
+	// of the workload it was given may land after Stalled did (one more
+	// write), so the check starts once the status stopped changing.
+	rv := e.statusSettled(g, ns, "elsewhere")
 	g.Consistently(func() string { return e.getDB(ns, "elsewhere").ResourceVersion }).
 		WithTimeout(3 * memberCallTimeout / 2).WithPolling(poll).Should(Equal(rv))
 }
