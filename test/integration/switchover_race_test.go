@@ -188,6 +188,10 @@ func testAbortDuringDemotion(t *testing.T, e *env, sim *cnpgSim) {
 		g.Expect(db.Status.Topology.Switchover).NotTo(BeNil())
 		g.Expect(db.Status.Topology.Switchover.Step).To(Equal(fleetv1alpha1.StepWaitDemotion))
 		g.Expect(switchInProgress(g, e, "m1", ns, "stock")).To(BeTrue())
+		// The hub has seen it: an abort the hub asks for before its report
+		// of the switch arrived is written at once, and CloudNativePG's
+		// webhook (not played here) refuses it until the switch ended.
+		g.Expect(db.Status.Topology.Switchover.Message).To(ContainSubstring("CloudNativePG's replica switch is in progress"))
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 
 	// Abort while CloudNativePG demotes m1: its webhook would refuse m1's

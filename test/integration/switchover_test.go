@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +33,9 @@ func TestTopology(t *testing.T) {
 	t.Run("a forced promotion fences the lost primary, which stays fenced until rebuilt; a target that does not stream is refused", func(t *testing.T) { testForcedFailover(t, e, sim) })
 	t.Run("a forced promotion demotes a reachable old primary and sees it demoted before promoting", func(t *testing.T) { testForcedFailoverReachable(t, e, sim) })
 	t.Run("a forced promotion waits while the old primary's operator cannot read its instance", func(t *testing.T) { testForcedFailoverUnread(t, e, sim) })
+	t.Run("a forced promotion asked before the old primary is known lost re-points the third member", func(t *testing.T) {
+		testForcedFailoverEarly(t, e, sim)
+	})
 	t.Run("after a forced promotion a standby that never reports the new timeline is named, and stays a synchronous standby", func(t *testing.T) {
 		testForcedFailoverDivergedStandby(t, e, sim)
 	})
@@ -46,6 +51,44 @@ func TestTopology(t *testing.T) {
 	t.Run("a standby member switches to a rotated password only after the primary member changed it", func(t *testing.T) {
 		testRotationStandbyAfterPrimary(t, e, sim)
 	})
+}
+
+// testForcedFailoverEarly: three members; m1, the primary, is lost, and a
+// forced promotion of m2 is asked at once, before the hub counts m1
+// unreachable. The spec change is a new generation whose rollout allowed
+// m1 first (reachable members go first, and nothing was fenced yet): m1,
+// lost, never became Ready on it, so with maxUnavailable 1 the rollout held
+// m3 for ever, and the promotion waited at Repoint for m3 to follow m2
+// (and m2's synchronous commits waited for m3). Now a fenced member takes
+// no part of the rollout's budget and Repoint allows every reachable
+// member (planRollout).
+func testForcedFailoverEarly(t *testing.T, e *env, sim *cnpgSim) {
+	g := NewWithT(t)
+	ns := e.namespace("topo-early")
+	members := []string{"m1", "m2", "m3"}
+	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "bins", "m1", members...))).To(Succeed())
+	e.expectStable(g, ns, "bins", "m1", members...)
+
+	sim.freeze("m1", true)
+	e.proxies["m1"].Cut()
+	defer func() {
+		_ = e.proxies["m1"].Restore()
+		sim.freeze("m1", false)
+	}()
+	e.setFailover(g, ns, "bins", "m2", "m1 lost")
+	g.Eventually(func(g Gomega) {
+		db := e.getDB(ns, "bins")
+		g.Expect(db.Status.Topology.Switchover).To(BeNil(), "%+v", db.Status.Topology.Switchover)
+		g.Expect(db.Status.Topology.PrimaryCluster).To(Equal("m2"))
+		g.Expect(db.Status.Topology.LastSwitchover.Outcome).To(Equal("Succeeded"), db.Status.Topology.LastSwitchover.Message)
+		g.Expect(db.Status.Topology.Fenced).To(ConsistOf("m1"))
+		for _, m := range []string{"m2", "m3"} {
+			p, _ := e.replicaOf(g, m, ns, "bins")
+			g.Expect(p).To(Equal("m2"), "%s follows m2", m)
+		}
+	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
+	g.Expect(sim.actingPrimaries(ns, "bins")).To(ConsistOf("m1", "m2"), "m1, frozen, runs on as a primary nobody reaches")
+	g.Expect(e.synchronousStandbys(g, "m2", ns, "bins")).To(Equal([]any{"fleetdb:m3"}))
 }
 
 // testForcedFailoverDivergedStandby: three members; m1, the primary, is lost
@@ -147,9 +190,17 @@ func testRotationStandbyAfterPrimary(t *testing.T, e *env, sim *cnpgSim) {
 	g.Expect(e.hubSecret(g, key)[member.CredentialsPasswordKey]).To(Equal(pending))
 }
 
+// newTopologyDB is a PrimaryStandby Database whose switchover steps time
+// out after 30 s: long enough that a step does not time out on a loaded
+// machine (make test runs two integration tests at once), short enough for
+// the tests that wait for a step to time out (withStepTimeout shortens it).
 func newTopologyDB(ns, name, primary string, members ...string) *fleetv1alpha1.Database {
-	db := newPrimaryStandbyDB(ns, name, primary, members...)
-	db.Spec.Topology.StepTimeout = &metav1.Duration{Duration: 10 * time.Second}
+	return withStepTimeout(newPrimaryStandbyDB(ns, name, primary, members...), 30*time.Second)
+}
+
+// withStepTimeout sets db's spec.topology.stepTimeout.
+func withStepTimeout(db *fleetv1alpha1.Database, d time.Duration) *fleetv1alpha1.Database {
+	db.Spec.Topology.StepTimeout = &metav1.Duration{Duration: d}
 	return db
 }
 
@@ -194,7 +245,7 @@ func testSwitchoverRestarts(t *testing.T, e *env, sim *cnpgSim) {
 	members := []string{"m1", "m2", "m3"}
 	db := newTopologyDB(ns, "orders", "m1", members...)
 	// Each step is held across a hub restart, which on a loaded machine
-	// takes longer than newTopologyDB's 10 s step timeout: a step timed out
+	// takes longer than newTopologyDB's 30 s step timeout: a step timed out
 	// there (the switchover Failed at CheckTarget, then never reached
 	// Demote) is not what this test is about. Step timeouts are
 	// testSwitchoverTargetUnhealthy's.
@@ -272,7 +323,7 @@ func testSwitchoverTargetUnhealthy(t *testing.T, e *env, sim *cnpgSim) {
 	g := NewWithT(t)
 	ns := e.namespace("topo-unhealthy")
 	members := []string{"m1", "m2"}
-	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "ledger", "m1", members...))).To(Succeed())
+	g.Expect(e.hub.Create(e.ctx, withStepTimeout(newTopologyDB(ns, "ledger", "m1", members...), 10*time.Second))).To(Succeed())
 	e.expectStable(g, ns, "ledger", "m1", members...)
 
 	defer sim.setUnhealthy("m2", false)
@@ -323,7 +374,7 @@ func testForcedFailover(t *testing.T, e *env, sim *cnpgSim) {
 	g := NewWithT(t)
 	ns := e.namespace("topo-failover")
 	members := []string{"m1", "m2", "m3"}
-	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "stock", "m1", members...))).To(Succeed())
+	g.Expect(e.hub.Create(e.ctx, withStepTimeout(newTopologyDB(ns, "stock", "m1", members...), 10*time.Second))).To(Succeed())
 	e.expectStable(g, ns, "stock", "m1", members...)
 
 	// m1 is lost: its operator keeps running it as it was, the hub cannot reach it.
@@ -754,8 +805,17 @@ func testSwitchoverBeforeRestartpoint(t *testing.T, e *env, sim *cnpgSim) {
 		time.Sleep(time.Second)
 		return slices.Equal(before, reconciles())
 	}).WithTimeout(eventually).Should(BeTrue())
-	g.Consistently(reconciles).WithTimeout(12*time.Second).WithPolling(time.Second).Should(Equal(reconciles()),
-		"no report is asked at rest (the first request interval is 10 s)")
+	n0, _ := e.writes.Writes()
+	g.Consistently(reconciles).WithTimeout(12*time.Second).WithPolling(time.Second).Should(Equal(reconciles()), func() string {
+		_, log := e.writes.Writes()
+		var to []string
+		for _, l := range log[min(n0, len(log)):] {
+			if strings.Contains(l, "/namespaces/"+ns+"/") {
+				to = append(to, l)
+			}
+		}
+		return fmt.Sprintf("no report is asked at rest (the first request interval is 10 s); the hub's writes meanwhile: %q", to)
+	})
 }
 
 // reportRequest is the fleetdb.io/report-request annotation of m's Cluster.

@@ -25,6 +25,18 @@ import (
 //     target of a forced promotion waited for ever behind an unreachable
 //     old primary that the rollout had allowed first and that never became
 //     Ready (found on real nodes: test/realdb).
+//   - A member fenced by a forced promotion (status.topology.fenced) takes
+//     no part of the budget: it is out of the topology by the hub's own
+//     decision until it is rebuilt, not made unavailable by the rollout.
+//     Counted, a lost old primary that the rollout had allowed first held
+//     every other standby for ever, and with it the promotion's Repoint
+//     (and, with durability Synchronous, every commit of the new primary).
+//   - From a switchover's Repoint on, every reachable member is allowed:
+//     the switchover cannot end before each of them follows the new primary
+//     (Repoint), and the new primary's synchronous commits wait for them
+//     meanwhile. A spec change made in the same edit as the switchover then
+//     reaches the others at once (the switchover's own ordering, not the
+//     budget, bounds what is unavailable).
 func planRollout(db *fleetv1alpha1.Database, targets []string, observed map[string]*memberResult, prevAllowed map[string]bool, reachable func(string) bool) map[string]bool {
 	allowed := make(map[string]bool, len(targets))
 	if db.Generation <= 1 {
@@ -34,20 +46,27 @@ func planRollout(db *fleetv1alpha1.Database, targets []string, observed map[stri
 		return allowed
 	}
 	var candidates []string
+	var fenced []string
+	if st := db.Status.Topology; st != nil {
+		fenced = st.Fenced
+	}
 	inFlight := 0
 	for _, t := range targets {
 		r := observed[t]
+		counts := !slices.Contains(fenced, t)
 		switch {
 		case r != nil && r.Fresh():
 			allowed[t] = true
 		case r != nil && r.Status.ObservedGeneration == db.Generation:
 			allowed[t] = true
-			if r.Status.Phase != fleetv1alpha1.ClusterPhaseReady {
+			if r.Status.Phase != fleetv1alpha1.ClusterPhaseReady && counts {
 				inFlight++
 			}
 		case prevAllowed[t]:
 			allowed[t] = true
-			inFlight++
+			if counts {
+				inFlight++
+			}
 		case r != nil:
 			candidates = append(candidates, t)
 		}
@@ -71,8 +90,9 @@ func planRollout(db *fleetv1alpha1.Database, targets []string, observed map[stri
 		return 0
 	})
 	if st := db.Status.Topology; st != nil && st.Switchover != nil {
+		repoint := st.Switchover.Step == fleetv1alpha1.StepRepoint || st.Switchover.Step == fleetv1alpha1.StepDone
 		for _, t := range targets {
-			if t == st.Switchover.From || t == st.Switchover.To {
+			if t == st.Switchover.From || t == st.Switchover.To || (repoint && reachable(t)) {
 				allowed[t] = true
 				candidates = slices.DeleteFunc(candidates, func(c string) bool { return c == t })
 			}

@@ -25,6 +25,7 @@ func TestPlanRollout(t *testing.T) {
 		prev      map[string]bool
 		reachable func(string) bool
 		switching *fleetv1alpha1.SwitchoverStatus
+		fenced    []string
 		want      []string
 	}{
 		{name: "first generation creates everywhere", gen: 1, maxU: 1, want: targets},
@@ -52,6 +53,19 @@ func TestPlanRollout(t *testing.T) {
 			switching: &fleetv1alpha1.SwitchoverStatus{Kind: fleetv1alpha1.SwitchoverForced, From: "a", To: "b", Step: fleetv1alpha1.StepPromote},
 			observed:  map[string]*memberResult{"a": observedAt(3, ready), "b": observedAt(3, ready), "c": observedAt(3, ready)},
 			want:      []string{"a", "b"}},
+		{name: "a fenced member the rollout allowed first holds no other", gen: 4, maxU: 1, prev: map[string]bool{"a": true}, fenced: []string{"a"},
+			reachable: func(n string) bool { return n != "a" },
+			switching: &fleetv1alpha1.SwitchoverStatus{Kind: fleetv1alpha1.SwitchoverForced, From: "a", To: "b", Step: fleetv1alpha1.StepPromote},
+			observed:  map[string]*memberResult{"a": observedAt(3, ready), "b": observedAt(3, ready), "c": observedAt(3, ready), "d": observedAt(3, ready)},
+			want:      []string{"a", "b", "c"}},
+		{name: "a fenced member on the generation, never Ready, holds no other", gen: 5, maxU: 1, fenced: []string{"a"},
+			observed: map[string]*memberResult{"a": observedAt(5, fleetv1alpha1.ClusterPhaseUnreachable), "b": observedAt(4, ready), "c": observedAt(4, ready)},
+			want:     []string{"a", "b"}},
+		{name: "at Repoint every reachable member is allowed, whatever the budget", gen: 4, maxU: 1, prev: map[string]bool{"a": true},
+			reachable: func(n string) bool { return n != "d" },
+			switching: &fleetv1alpha1.SwitchoverStatus{Kind: fleetv1alpha1.SwitchoverForced, From: "a", To: "b", Step: fleetv1alpha1.StepRepoint},
+			observed:  map[string]*memberResult{"a": observedAt(3, ready), "b": observedAt(4, ready), "c": observedAt(3, ready), "d": observedAt(3, ready)},
+			want:      []string{"a", "b", "c"}},
 		{name: "reachable members go first", gen: 2, maxU: 1, reachable: func(n string) bool { return n != "a" },
 			observed: map[string]*memberResult{"a": observedAt(1, ready), "b": observedAt(1, ready)},
 			want:     []string{"b"}},
@@ -62,8 +76,8 @@ func TestPlanRollout(t *testing.T) {
 			db := &fleetv1alpha1.Database{}
 			db.Generation = tc.gen
 			db.Spec.Rollout.MaxUnavailable = tc.maxU
-			if tc.switching != nil {
-				db.Status.Topology = &fleetv1alpha1.TopologyStatus{Switchover: tc.switching}
+			if tc.switching != nil || tc.fenced != nil {
+				db.Status.Topology = &fleetv1alpha1.TopologyStatus{Switchover: tc.switching, Fenced: tc.fenced}
 			}
 			reach := tc.reachable
 			if reach == nil {

@@ -107,7 +107,13 @@ func (t *Pass) stepDone(sw *fleetv1alpha1.SwitchoverStatus) (bool, string) {
 		return from != nil && from.Primary == sw.To, "waiting for " + sw.From + "'s Cluster to follow " + sw.To + " (demotion)"
 	case fleetv1alpha1.StepWaitDemotion:
 		if !t.demoted(sw, fromAny) {
-			return false, "waiting for " + sw.From + " to shut down and publish its demotion token"
+			msg := "waiting for " + sw.From + " to shut down and publish its demotion token"
+			if fromAny != nil && fromAny.SwitchInProgress {
+				// Said, so that a person (and a test) knows an abort now
+				// waits for the demotion to end (startOrAbort).
+				msg += " (CloudNativePG's replica switch is in progress)"
+			}
+			return false, msg
 		}
 		sw.DemotionToken = fromAny.DemotionToken
 		return true, ""
