@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -16,8 +17,9 @@ type WriteCounter struct {
 	log []string
 	// total counts every write per target, never reset.
 	total map[string]int
-	// hung are targets whose writes block until their request's deadline.
-	hung map[string]bool
+	// hung are targets whose writes block until their request's deadline,
+	// each with the part of the path such a write has ("/": every write).
+	hung map[string]string
 	// hanging counts the write requests blocked now.
 	hanging atomic.Int64
 }
@@ -25,12 +27,27 @@ type WriteCounter struct {
 // Hang makes the target's writes block until their request's deadline (on),
 // or not: a member whose writes hang while its reads and probes pass.
 func (w *WriteCounter) Hang(target string, on bool) {
+	if !on {
+		w.HangPaths(target, "")
+		return
+	}
+	w.HangPaths(target, "/")
+}
+
+// HangPaths makes the target's writes whose URL path contains part block
+// until their request's deadline ("" stops it): a member where one object
+// cannot be written while the rest of the member's writes pass.
+func (w *WriteCounter) HangPaths(target, part string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.hung == nil {
-		w.hung = map[string]bool{}
+		w.hung = map[string]string{}
 	}
-	w.hung[target] = on
+	if part == "" {
+		delete(w.hung, target)
+		return
+	}
+	w.hung[target] = part
 }
 
 // Hanging is the number of write requests blocked by Hang now.
@@ -42,7 +59,7 @@ func (w *WriteCounter) Wrap(target string, rt http.RoundTripper) http.RoundTripp
 		switch req.Method {
 		case http.MethodGet, http.MethodHead, http.MethodOptions:
 		default:
-			if w.add(target, req.Method+" "+req.URL.Path) {
+			if w.add(target, req.Method, req.URL.Path) {
 				w.hanging.Add(1)
 				defer w.hanging.Add(-1)
 				<-req.Context().Done()
@@ -53,10 +70,11 @@ func (w *WriteCounter) Wrap(target string, rt http.RoundTripper) http.RoundTripp
 	})
 }
 
-// add records a write and reports whether the target's writes hang.
-func (w *WriteCounter) add(target, write string) bool {
+// add records a write and reports whether it hangs.
+func (w *WriteCounter) add(target, method, path string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	write := method + " " + path
 	if target != "" {
 		write = target + ": " + write
 	}
@@ -65,7 +83,8 @@ func (w *WriteCounter) add(target, write string) bool {
 		w.total = map[string]int{}
 	}
 	w.total[target]++
-	return w.hung[target]
+	part, ok := w.hung[target]
+	return ok && strings.Contains(path, part)
 }
 
 // Writes returns how many writes were sent since the last Take or Reset, and which.
