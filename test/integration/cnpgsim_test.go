@@ -110,12 +110,10 @@ type cnpgSim struct {
 	uids  map[string]types.UID // member/ns/name -> the Cluster it plays
 	// seen is the resourceVersion of each Cluster (member/ns/name) when the
 	// sim last looked: a new one is a reconcile.
-	seen map[string]string
-	// reconciles counts the reconciles of each Cluster (member/ns/name).
-	reconciles map[string]int
-	systemIDs  map[string]string // ns/name -> the Database's system identifier
-	frozen     map[string]bool
-	unhealthy  map[string]bool
+	seen      map[string]string
+	systemIDs map[string]string // ns/name -> the Database's system identifier
+	frozen    map[string]bool
+	unhealthy map[string]bool
 	// blind: members whose operator cannot read its instances (a cut
 	// between the operator and the pods, PostgreSQL still running).
 	blind map[string]bool
@@ -134,7 +132,7 @@ func newCNPGSim(e *env, delay time.Duration) *cnpgSim {
 	return &cnpgSim{e: e, delay: delay, acting: map[string]bool{}, demoteAt: map[string]time.Time{},
 		tokens: map[string]bool{}, timeline: map[string]int64{}, reported: map[string]int64{}, replayed: map[string]time.Time{},
 		restartpoint: 2 * time.Second, holdRestartpoint: map[string]bool{}, diverged: map[string]bool{}, uids: map[string]types.UID{},
-		systemIDs: map[string]string{}, seen: map[string]string{}, reconciles: map[string]int{}, frozen: map[string]bool{}, unhealthy: map[string]bool{}, blind: map[string]bool{},
+		systemIDs: map[string]string{}, seen: map[string]string{}, frozen: map[string]bool{}, unhealthy: map[string]bool{}, blind: map[string]bool{},
 		holdDemotion: map[string]bool{}, used: map[string]bool{}, unrecoverable: map[string]bool{}, ahead: map[string]bool{}}
 }
 
@@ -159,13 +157,6 @@ func (s *cnpgSim) reportedTimeline(m, ns, name string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.reported[m+"/"+ns+"/"+name]
-}
-
-// reconcileCount is how often m's operator reconciled its Cluster for ns/name.
-func (s *cnpgSim) reconcileCount(m, ns, name string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.reconciles[m+"/"+ns+"/"+name]
 }
 
 // unrecoverableClusters are the Clusters (member/namespace/name) that went
@@ -273,9 +264,6 @@ func (s *cnpgSim) step(ctx context.Context, m string, c client.Client, u *unstru
 	_, demoting := s.demoteAt[key]
 	reconciled := s.seen[key] != u.GetResourceVersion() || demoting
 	s.seen[key] = u.GetResourceVersion()
-	if reconciled {
-		s.reconciles[key]++
-	}
 	s.mu.Unlock()
 	next := s.transition(m, u, self, primary, token, status, reconciled)
 	s.mu.Lock()
