@@ -49,10 +49,14 @@ TMPDIR=$run_dir go test -count=1 -p 1 -timeout "$timeout" "${others[@]}" || rc=1
 
 go test -c -o "$run_dir/integration.test" ./test/integration || rc=1
 mapfile -t listed < <(cd test/integration && "$run_dir/integration.test" -test.list '.*' | grep '^Test')
+declare -A is_listed=() taken=()
+for t in "${listed[@]}"; do is_listed[$t]=1; done
+for t in "${alone[@]}"; do taken[$t]=1; done
 queue=()
 for t in "${slow_first[@]}" "${listed[@]}"; do
-	if printf '%s\n' "${listed[@]}" | grep -qx "$t" && ! printf '%s\n' "${queue[@]}" "${alone[@]}" | grep -qx "$t"; then
+	if [ -n "${is_listed[$t]:-}" ] && [ -z "${taken[$t]:-}" ]; then
 		queue+=("$t")
+		taken[$t]=1
 	fi
 done
 # run_integration_test runs one top-level test of test/integration and prints
@@ -72,7 +76,7 @@ export -f run_integration_test
 export run_dir timeout integration bin="$run_dir/integration.test"
 start=$SECONDS
 for t in "${alone[@]}"; do
-	if printf '%s\n' "${listed[@]}" | grep -qx "$t"; then
+	if [ -n "${is_listed[$t]:-}" ]; then
 		run_integration_test "$t" || rc=1
 	fi
 done

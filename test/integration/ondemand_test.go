@@ -357,19 +357,19 @@ func testRestore(t *testing.T, e *env, ns string) {
 	}).WithTimeout(2 * memberCallTimeout).WithPolling(poll).Should(Succeed())
 }
 
-// statusSettled waits until ns/name's resourceVersion stayed the same for
-// two seconds and returns it.
-func (e *env) statusSettled(g Gomega, ns, name string) string {
-	last, quiet := "", 0
+// quiet waits until probe returned the same value on three polls a second
+// apart (two seconds without a change) and returns it.
+func quiet(g Gomega, probe func() string) string {
+	last, same := "", 0
 	g.Eventually(func() bool {
-		rv := e.getDB(ns, name).ResourceVersion
-		if rv == last {
-			quiet++
+		v := probe()
+		if v == last {
+			same++
 		} else {
-			quiet = 0
+			same = 0
 		}
-		last = rv
-		return quiet >= 2
+		last = v
+		return same >= 2
 	}).WithTimeout(eventually).WithPolling(time.Second).Should(BeTrue())
 	return last
 }
@@ -406,7 +406,7 @@ func testRestoreWaits(t *testing.T, e *env, ns string) {
 	// Stalled is steady: no status write per pass. The member's own report
 	// of the workload it was given may land after Stalled did (one more
 	// write), so the check starts once the status stopped changing.
-	rv := e.statusSettled(g, ns, "elsewhere")
+	rv := quiet(g, func() string { return e.getDB(ns, "elsewhere").ResourceVersion })
 	g.Consistently(func() string { return e.getDB(ns, "elsewhere").ResourceVersion }).
 		WithTimeout(3 * memberCallTimeout / 2).WithPolling(poll).Should(Equal(rv))
 }

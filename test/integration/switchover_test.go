@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -67,12 +69,7 @@ func testForcedFailoverEarly(t *testing.T, e *env, sim *cnpgSim) {
 	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "bins", "m1", members...))).To(Succeed())
 	e.expectStable(g, ns, "bins", "m1", members...)
 
-	sim.freeze("m1", true)
-	e.proxies["m1"].Cut()
-	defer func() {
-		_ = e.proxies["m1"].Restore()
-		sim.freeze("m1", false)
-	}()
+	defer e.loseMember(sim, "m1")()
 	e.setFailover(g, ns, "bins", "m2", "m1 lost")
 	g.Eventually(func(g Gomega) {
 		db := e.getDB(ns, "bins")
@@ -87,6 +84,18 @@ func testForcedFailoverEarly(t *testing.T, e *env, sim *cnpgSim) {
 	}).WithTimeout(eventually).WithPolling(poll).Should(Succeed())
 	g.Expect(sim.actingPrimaries(ns, "bins")).To(ConsistOf("m1", "m2"), "m1, frozen, runs on as a primary nobody reaches")
 	g.Expect(e.synchronousStandbys(g, "m2", ns, "bins")).To(Equal([]any{"fleetdb:m3"}))
+}
+
+// loseMember cuts member m off from the hub and freezes its simulated
+// operator (a lost member whose PostgreSQL runs on as it was); the returned
+// func brings it back.
+func (e *env) loseMember(sim *cnpgSim, m string) func() {
+	sim.freeze(m, true)
+	e.proxies[m].Cut()
+	return func() {
+		_ = e.proxies[m].Restore()
+		sim.freeze(m, false)
+	}
 }
 
 // testForcedFailoverDivergedStandby: three members; m1, the primary, is lost
@@ -105,14 +114,9 @@ func testForcedFailoverDivergedStandby(t *testing.T, e *env, sim *cnpgSim) {
 	g.Expect(e.hub.Create(e.ctx, newTopologyDB(ns, "parts", "m1", members...))).To(Succeed())
 	e.expectStable(g, ns, "parts", "m1", members...)
 
-	sim.freeze("m1", true)
-	e.proxies["m1"].Cut()
+	defer e.loseMember(sim, "m1")()
 	sim.setAhead("m3", true)
-	defer func() {
-		_ = e.proxies["m1"].Restore()
-		sim.freeze("m1", false)
-		sim.setAhead("m3", false)
-	}()
+	defer sim.setAhead("m3", false)
 	g.Eventually(func(g Gomega) {
 		c := condition(e.getDB(ns, "parts").Status.Conditions, fleetv1alpha1.ConditionTopologyStable)
 		g.Expect(c.Reason).To(Equal(fleetv1alpha1.ReasonPrimaryUnreachable), c.Message)
@@ -792,20 +796,10 @@ func testSwitchoverBeforeRestartpoint(t *testing.T, e *env, sim *cnpgSim) {
 	// The simulated operators' reconciles are not counted: the simulator's
 	// own status writes are reconciles too.
 	hubWrites := func() []string {
-		_, log := e.writes.Writes()
-		var out []string
-		for _, l := range log {
-			if strings.Contains(l, "/namespaces/"+ns+"/") && !strings.HasPrefix(l, "hub: ") {
-				out = append(out, l)
-			}
-		}
-		return out
+		return slices.DeleteFunc(e.hubWritesIn(ns), func(l string) bool { return strings.HasPrefix(l, "hub: ") })
 	}
-	g.Eventually(func() bool { // past the last writes of the switchover
-		before := len(hubWrites())
-		time.Sleep(2 * time.Second)
-		return len(hubWrites()) == before
-	}).WithTimeout(eventually).Should(BeTrue())
+	// Past the last writes of the switchover.
+	quiet(g, func() string { return strconv.Itoa(len(hubWrites())) })
 	n := len(hubWrites())
 	g.Consistently(func() []string { return hubWrites()[n:] }).WithTimeout(12*time.Second).WithPolling(time.Second).Should(BeEmpty(),
 		"no report is asked at rest (the first request interval is 10 s)")
